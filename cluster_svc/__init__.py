@@ -1,0 +1,50 @@
+"""cluster_svc: the internal service that creates-or-returns by the caller's ID."""
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask
+
+from shared import config
+from shared.api import create_service_app
+from shared.db import Database
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    internal_token: str
+    pool_size: int = 5
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """:raise ConfigError: a required setting is missing."""
+        return cls(
+            database_url=config.database_url("CLUSTER_DATABASE_URL"),
+            internal_token=config.require("INTERNAL_TOKEN", why="the bearer token callers of cluster_svc present"),
+            pool_size=config.integer("CLUSTER_DB_POOL_SIZE", 5),
+        )
+
+
+def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
+    """The application factory; settings come from the environment when not given."""
+    settings = settings or Settings.from_env()
+    database = Database(settings.database_url, pool_size=settings.pool_size)
+    expected = settings.internal_token.encode()
+
+    def authenticate(token: str) -> Any | None:
+        return "internal" if hmac.compare_digest(token.encode(), expected) else None
+
+    app, api = create_service_app(
+        __name__, title="cluster_svc", database=database, authenticate=authenticate, testing=testing
+    )
+    register_blueprints(api)
+    return app
+
+
+def register_blueprints(api) -> None:
+    from cluster_svc.views import blp
+
+    api.register_blueprint(blp)

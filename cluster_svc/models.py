@@ -1,0 +1,96 @@
+"""cluster_svc's tables.
+
+A row whose ``deleted_at`` is set is a tombstone and stays forever: it is what
+makes a repeated delete answer 410 and a late create fail instead of
+resurrecting the object. A DELETE of an ID never seen stores a bare tombstone
+(ID and ``deleted_at`` only), so the descriptive columns are nullable and a
+CHECK keeps them required on every live row.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Uuid, func, text
+from sqlalchemy.dialects.postgresql import CIDR
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from shared.idempotent import Resource
+
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
+PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
+POSTGRES_VERSIONS = (14, 17)  # inclusive range
+STORAGE_GB = (10, 4096)  # inclusive range
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "pk": "pk_%(table_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+        }
+    )
+
+
+class Lifecycle:
+    """Columns every resource shares: version, timestamps and the tombstone mark."""
+
+    generation: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Cluster(Lifecycle, Base):
+    __tablename__ = "clusters"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    team_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    name: Mapped[str | None] = mapped_column(String(63))
+    region: Mapped[str | None] = mapped_column(String(32))
+    postgres_version: Mapped[int | None] = mapped_column(Integer)
+    plan: Mapped[str | None] = mapped_column(String(32))
+    storage_gb: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint(
+            "deleted_at IS NOT NULL OR (team_id IS NOT NULL AND name IS NOT NULL AND region IS NOT NULL"
+            " AND postgres_version IS NOT NULL AND plan IS NOT NULL AND storage_gb IS NOT NULL)",
+            name="live_rows_complete",
+        ),
+        CheckConstraint("generation >= 1", name="generation_positive"),
+        # Listing a team's live clusters in id order (keyset pagination).
+        Index("ix_clusters_team_id_live", "team_id", "id", postgresql_where=text("deleted_at IS NULL")),
+    )
+
+
+class FirewallRule(Lifecycle, Base):
+    __tablename__ = "firewall_rules"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), nullable=False)
+    cidr: Mapped[str | None] = mapped_column(CIDR)
+    description: Mapped[str | None] = mapped_column(String(255))
+
+    __table_args__ = (
+        CheckConstraint("deleted_at IS NOT NULL OR cidr IS NOT NULL", name="live_rows_complete"),
+        CheckConstraint("generation >= 1", name="generation_positive"),
+        Index("ix_firewall_rules_cluster_id", "cluster_id", "id"),
+    )
+
+
+CLUSTERS = Resource(
+    name="cluster",
+    table=Cluster.__table__,
+    immutable=("team_id", "region", "postgres_version"),
+)
+FIREWALL_RULES = Resource(
+    name="firewall rule",
+    table=FirewallRule.__table__,
+    immutable=("cluster_id", "cidr"),
+    parent=CLUSTERS,
+    parent_column="cluster_id",
+)

@@ -1,0 +1,145 @@
+"""cluster_svc's HTTP routes. Views translate; services decide."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, url_for
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from cluster_svc import services
+from cluster_svc.schemas import (
+    ClusterCreate,
+    ClusterListArgs,
+    ClusterOut,
+    ClusterPage,
+    ClusterUpdate,
+    FirewallRuleCreate,
+    FirewallRuleOut,
+    FirewallRulePage,
+    FirewallRuleUpdate,
+)
+from shared.db import request_session
+from shared.errors import Gone, problem
+from shared.idempotent import Deletion
+from shared.schemas import PageArgs
+
+blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+def created_or_replayed(row: Any, created: bool, location: str) -> tuple[Any, int, dict[str, str]]:
+    """201 with Location for a new object; 200 and Idempotent-Replayed for a replay."""
+    headers = {"Location": location}
+    return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
+
+
+def deleted(outcome: Deletion, what: str) -> Response:
+    """204 the first time; 410 after; 404 (tombstone recorded) for an ID never seen."""
+    if outcome is Deletion.DELETED:
+        return Response(status=204)
+    if outcome is Deletion.ALREADY_DELETED:
+        raise Gone(f"{what} was already deleted.")
+    # Returned, not raised, so the transaction commits the new tombstone.
+    return problem(404, "not_found", f"{what} does not exist; its ID is now reserved as deleted.")
+
+
+@blp.route("/clusters")
+class Clusters(MethodView):
+    @blp.arguments(ClusterListArgs, location="query")
+    @blp.response(200, ClusterPage)
+    def get(self, args):
+        """List live clusters in id order (keyset pagination)."""
+        items, next_after = services.list_clusters(db_session=request_session(), **args)
+        return {"items": items, "next_after": next_after}
+
+    @blp.arguments(ClusterCreate)
+    @blp.response(201, ClusterOut, description="Created")
+    @blp.alt_response(200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)")
+    @blp.alt_response(409, description="The ID exists with different immutable fields (id_conflict)")
+    @blp.alt_response(410, description="The ID was deleted (gone)")
+    def post(self, cluster_in):
+        """Create a cluster with the caller's ID, or return the one that has it."""
+        row, created = services.create_cluster(db_session=request_session(), cluster_in=cluster_in)
+        return created_or_replayed(row, created, url_for("clusters.Cluster", cluster_id=row["id"]))
+
+
+@blp.route("/clusters/<object_id:cluster_id>")
+class Cluster(MethodView):
+    @blp.response(200, ClusterOut)
+    @blp.alt_response(404, description="Never existed")
+    @blp.alt_response(410, description="Deleted")
+    def get(self, cluster_id):
+        """Get a cluster."""
+        return services.get_cluster(db_session=request_session(), cluster_id=cluster_id)
+
+    @blp.arguments(ClusterUpdate)
+    @blp.response(200, ClusterOut, description="The current state, whether applied or stale")
+    @blp.alt_response(404, description="Never existed")
+    @blp.alt_response(410, description="Deleted")
+    def put(self, cluster_in, cluster_id):
+        """Update a cluster's mutable fields if the generation is newer than the stored one."""
+        row, _applied = services.update_cluster(db_session=request_session(), cluster_id=cluster_id, cluster_in=cluster_in)
+        return row
+
+    @blp.response(204, description="Deleted")
+    @blp.alt_response(404, description="Never existed; a tombstone is recorded")
+    @blp.alt_response(410, description="Already deleted")
+    def delete(self, cluster_id):
+        """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
+        outcome = services.delete_cluster(db_session=request_session(), cluster_id=cluster_id)
+        return deleted(outcome, f"Cluster {cluster_id}")
+
+
+@blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
+class FirewallRules(MethodView):
+    @blp.arguments(PageArgs, location="query")
+    @blp.response(200, FirewallRulePage)
+    @blp.alt_response(404, description="No such cluster")
+    @blp.alt_response(410, description="The cluster was deleted")
+    def get(self, args, cluster_id):
+        """List a cluster's live firewall rules in id order."""
+        items, next_after = services.list_firewall_rules(db_session=request_session(), cluster_id=cluster_id, **args)
+        return {"items": items, "next_after": next_after}
+
+    @blp.arguments(FirewallRuleCreate)
+    @blp.response(201, FirewallRuleOut, description="Created")
+    @blp.alt_response(200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)")
+    @blp.alt_response(404, description="No such cluster")
+    @blp.alt_response(409, description="The ID exists with a different cluster or CIDR (id_conflict)")
+    @blp.alt_response(410, description="The rule or its cluster was deleted (gone)")
+    def post(self, rule_in, cluster_id):
+        """Create a firewall rule with the caller's ID, or return the one that has it."""
+        row, created = services.create_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_in=rule_in)
+        location = url_for("clusters.FirewallRule", cluster_id=cluster_id, rule_id=row["id"])
+        return created_or_replayed(row, created, location)
+
+
+@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
+class FirewallRule(MethodView):
+    @blp.response(200, FirewallRuleOut)
+    @blp.alt_response(404, description="Never existed")
+    @blp.alt_response(410, description="Deleted, or its cluster was")
+    def get(self, cluster_id, rule_id):
+        """Get a firewall rule."""
+        return services.get_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id)
+
+    @blp.arguments(FirewallRuleUpdate)
+    @blp.response(200, FirewallRuleOut, description="The current state, whether applied or stale")
+    @blp.alt_response(404, description="Never existed")
+    @blp.alt_response(410, description="Deleted")
+    def put(self, rule_in, cluster_id, rule_id):
+        """Update a rule's description if the generation is newer than the stored one."""
+        row, _applied = services.update_firewall_rule(
+            db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
+        )
+        return row
+
+    @blp.response(204, description="Deleted")
+    @blp.alt_response(404, description="Never existed (a tombstone is recorded), or no such cluster")
+    @blp.alt_response(410, description="Already deleted")
+    def delete(self, cluster_id, rule_id):
+        """Delete a firewall rule (soft delete; the ID stays taken)."""
+        outcome = services.delete_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id)
+        return deleted(outcome, f"Firewall rule {rule_id}")

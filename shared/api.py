@@ -1,0 +1,140 @@
+"""The web application skeleton both services share.
+
+``create_service_app`` is the factory's common part, as small named steps:
+configuration, database, error handlers, bearer authentication, OpenAPI. Each
+service adds its blueprints.
+"""
+from __future__ import annotations
+
+import http
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import flask_smorest
+from flask import Flask, g, request
+from werkzeug.exceptions import UnprocessableEntity, UnsupportedMediaType
+from werkzeug.routing import BaseConverter
+
+from shared.db import Database, TransactionalFlask
+from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
+from shared.schemas import ProblemSchema
+
+MAX_BODY_BYTES = 1024 * 1024
+
+# Routes anyone may call: health checks and the API documentation.
+PUBLIC_ENDPOINTS = frozenset({"healthz"})
+PUBLIC_BLUEPRINTS = frozenset({"api-docs"})
+
+
+class ProblemApi(flask_smorest.Api):
+    """flask-smorest's Api, answering and documenting errors as problem+json."""
+
+    ERROR_SCHEMA = ProblemSchema
+
+    def handle_http_exception(self, error):  # noqa: D102 (see flask_smorest.Api)
+        return problem_from_http(error)
+
+    def _register_responses(self) -> None:
+        for status in http.HTTPStatus:
+            response: dict[str, Any] = {"description": status.phrase}
+            if status >= 400:
+                response["content"] = {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}
+            self.spec.components.response(status.name, response, lazy=True)
+        self.spec.components.response(
+            "DEFAULT_ERROR",
+            {"description": "An error, as problem+json", "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}},
+            lazy=True,
+        )
+
+
+class ObjectIdConverter(BaseConverter):
+    """Path segment holding an object's UUID.
+
+    A malformed or nil UUID is the caller's mistake, not a missing route, so it
+    answers 422 naming the parameter instead of a bare 404.
+    """
+
+    regex = r"[^/]+"
+
+    def to_python(self, value: str) -> Any:
+        try:
+            parsed = uuid.UUID(value)
+        except ValueError:
+            raise _BadPathId(f"{value!r} is not a valid UUID.") from None
+        if parsed.int == 0:
+            raise _BadPathId("The nil UUID cannot name an object.")
+        return parsed
+
+    def to_url(self, value: Any) -> str:
+        return str(value)
+
+
+class _BadPathId(UnprocessableEntity):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.data = {"messages": {"path": [message]}}
+
+
+def create_service_app(
+    name: str,
+    *,
+    title: str,
+    database: Database,
+    authenticate: Callable[[str], Any | None],
+    testing: bool = False,
+) -> tuple[Flask, ProblemApi]:
+    """Build the common app: the caller registers its blueprints on the Api.
+
+    ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
+    or ``None`` when the token is not valid.
+    """
+    app = TransactionalFlask(name)
+    configure(app, title=title, testing=testing)
+    database.init_app(app)
+    register_error_handlers(app)
+    register_authentication(app, authenticate)
+    app.before_request(require_json_body)
+    api = ProblemApi(app, spec_kwargs={"security": [{"bearerAuth": []}]})
+    api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
+    app.url_map.converters["object_id"] = ObjectIdConverter
+    api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
+    app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
+    return app, api
+
+
+def configure(app: Flask, *, title: str, testing: bool) -> None:
+    app.config.update(
+        TESTING=testing,
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+        API_TITLE=title,
+        API_VERSION="v1",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="docs",
+        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+    )
+
+
+def require_json_body() -> None:
+    """A body, when sent, must be JSON: say so instead of reporting missing fields.
+
+    :raise 415:
+    """
+    if request.method in ("POST", "PUT", "PATCH") and (request.content_length or request.headers.get("Transfer-Encoding")):
+        if not request.is_json:
+            raise UnsupportedMediaType("Send the request body as JSON with 'Content-Type: application/json'.")
+
+
+def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:
+    @app.before_request
+    def require_bearer_token() -> None:
+        if request.endpoint in PUBLIC_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
+            return
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        principal = authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if principal is None:
+            raise Unauthorized()
+        g.principal = principal
+

@@ -1,0 +1,56 @@
+"""Settings read from the environment, failing fast.
+
+A required setting has no default: a missing one stops start-up with a single
+line that names it, instead of a traceback from deep inside the first request.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+
+class ConfigError(Exception):
+    """A required setting is missing or malformed; the message is one line."""
+
+
+def require(name: str, environ: Mapping[str, str] | None = None, *, why: str = "") -> str:
+    """Return the non-empty value of ``name``.
+
+    :raise ConfigError: when it is unset or empty.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(name, "").strip()
+    if not value:
+        hint = f" ({why})" if why else ""
+        raise ConfigError(f"{name} is not set{hint}")
+    return value
+
+
+def database_url(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """A required SQLAlchemy URL for PostgreSQL through psycopg2.
+
+    ``postgresql://`` is accepted and pinned to psycopg2, because SQLAlchemy 2.1
+    would otherwise pick psycopg 3, which this project does not install.
+
+    :raise ConfigError: when it is unset or not a PostgreSQL URL.
+    """
+    url = require(name, environ, why="a postgresql+psycopg2:// URL")
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg2"):
+        raise ConfigError(f"{name} must be a postgresql+psycopg2:// URL, got scheme {scheme!r}")
+    return "postgresql+psycopg2://" + rest
+
+
+def integer(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    """An optional integer setting.
+
+    :raise ConfigError: when it is set but not an integer.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None

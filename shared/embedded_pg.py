@@ -1,0 +1,57 @@
+"""An embedded PostgreSQL from the ``pgserver`` wheel, for ``make run`` and tests.
+
+It needs nothing installed on the machine and works as root. It listens on a
+Unix socket inside its data directory, so that path must stay short (sockets
+are limited to about 100 bytes).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import psycopg2
+from psycopg2 import sql
+from sqlalchemy.engine import make_url
+
+
+def start(pgdata: Path, *, delete_on_exit: bool = False):
+    """Start (or reuse) the server whose data lives in ``pgdata``."""
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset, as it is in CI.
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        return pgserver.get_server(pgdata, cleanup_mode="delete" if delete_on_exit else "stop")
+
+
+def admin_url(server) -> str:
+    """A SQLAlchemy URL for the server's ``postgres`` database."""
+    return "postgresql+psycopg2://postgres@/postgres?host=" + str(server.pgdata)
+
+
+def database_url(server_url: str, name: str) -> str:
+    """``server_url`` pointing at database ``name`` instead."""
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def ensure_database(server_url: str, name: str, *, recreate: bool = False) -> str:
+    """Create database ``name`` on the server unless it exists; return its URL."""
+    url = make_url(server_url)
+    conn = psycopg2.connect(
+        dbname=url.database or "postgres",
+        user=url.username,
+        password=url.password,
+        host=url.query.get("host") or url.host,
+        port=url.port,
+    )
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            if recreate:
+                cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    finally:
+        conn.close()
+    return database_url(server_url, name)

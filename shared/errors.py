@@ -1,0 +1,151 @@
+"""One error envelope: RFC 9457 problem+json, with a stable machine ``code``.
+
+Services raise the typed errors below; :func:`register_error_handlers` maps
+them, HTTP exceptions (routing, body size, webargs validation) and anything
+unexpected to a problem document. An unexpected exception is logged with its
+traceback and answered with a generic 500 that leaks nothing.
+"""
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from flask import Flask, Response, json
+from werkzeug.exceptions import HTTPException
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:problem-type:"
+
+log = logging.getLogger(__name__)
+
+
+class ProblemError(Exception):
+    """An error the client can act on; subclasses fix status and code."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None, **extensions: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+        self.extensions = extensions
+
+
+class BadRequest(ProblemError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(ProblemError):
+    status, code = 401, "unauthorized"
+
+    def __init__(self, detail: str = "A valid 'Authorization: Bearer <token>' header is required.") -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(ProblemError):
+    status, code = 404, "not_found"
+
+
+class Conflict(ProblemError):
+    status, code = 409, "conflict"
+
+
+class IdConflict(Conflict):
+    """The ID exists with different immutable fields: the caller reused an ID."""
+
+    code = "id_conflict"
+
+    def __init__(self, resource: str, object_id: Any, conflicts: list[dict[str, Any]]) -> None:
+        names = ", ".join(c["field"] for c in conflicts)
+        super().__init__(
+            f"{resource} {object_id} already exists with a different {names}; "
+            "an ID names one object and cannot be reused for another.",
+            conflicts=conflicts,
+        )
+
+
+class Gone(ProblemError):
+    status, code = 410, "gone"
+
+
+class ValidationFailed(ProblemError):
+    status, code = 422, "validation_error"
+
+    def __init__(self, errors: dict[str, Any], detail: str = "The request is not valid; see 'errors'.") -> None:
+        super().__init__(detail, errors=errors)
+
+
+# Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us.
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    410: "gone",
+    411: "length_required",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+}
+
+
+def problem(status: int, code: str, detail: str, *, headers: dict[str, str] | None = None, **extensions: Any) -> Response:
+    """Build a problem+json response."""
+    body = {
+        "type": TYPE_PREFIX + code,
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extensions,
+    }
+    response = Response(json.dumps(body), status=status, mimetype=PROBLEM_JSON)
+    response.headers.update(headers or {})
+    return response
+
+
+def problem_from(error: ProblemError) -> Response:
+    return problem(error.status, error.code, error.detail, headers=error.headers, **error.extensions)
+
+
+def problem_from_http(error: HTTPException) -> Response:
+    """Map a Werkzeug/webargs HTTP exception, keeping its validation messages."""
+    status = error.code or 500
+    if status >= 500:
+        return _internal_error(error)
+    code = _HTTP_CODES.get(status, "http_error")
+    detail = error.description or HTTPStatus(status).phrase
+    data = getattr(error, "data", None) or {}
+    extensions: dict[str, Any] = {}
+    messages = data.get("messages")
+    if messages:
+        extensions["errors"] = messages
+        if status == 422:
+            detail = "The request is not valid; see 'errors'."
+        elif status == 400 and "json" in messages:
+            detail = "The request body is not valid JSON."
+    if status == 413:
+        detail = "The request body is larger than the 1 MiB limit."
+    headers = {}
+    if status == 405:
+        allowed = error.get_headers().__iter__()
+        headers = {k: v for k, v in allowed if k.lower() == "allow"}
+    return problem(status, code, detail, headers=headers, **extensions)
+
+
+def _internal_error(error: BaseException) -> Response:
+    log.error("unhandled error", exc_info=error)
+    return problem(500, "internal_error", "The server failed to handle this request; it has been logged.")
+
+
+def register_error_handlers(app: Flask) -> None:
+    app.register_error_handler(ProblemError, problem_from)
+    app.register_error_handler(HTTPException, problem_from_http)
+    app.register_error_handler(Exception, _internal_error)

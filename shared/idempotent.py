@@ -1,0 +1,263 @@
+"""Create-or-return by caller-assigned ID, tombstones and generations.
+
+This module is the whole idempotency mechanism, written once for every
+resource: there is no key table and no stored response. The ID the caller
+chose is the key, a soft-deleted row is the tombstone, and ``generation`` is
+the version the upstream wants.
+
+Every function takes the session as ``db_session`` and never commits: the
+caller's transaction owner does.
+
+Statements, not the ORM unit of work: a create is exactly one
+``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and a replay adds exactly one
+read. Never SELECT-then-INSERT: two concurrent creates would both miss the
+SELECT and one would fail on the primary key. With ``ON CONFLICT`` the second
+waits for the first to commit, then finds its row.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Table, func, literal, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.orm import Session
+
+from shared.errors import Gone, IdConflict, NotFound
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What the mechanism needs to know about a table.
+
+    The table has ``id`` (primary key), ``generation``, ``created_at``,
+    ``updated_at`` and ``deleted_at`` (NULL while alive). A child names its
+    parent and the column that points at it; a create under a missing or
+    deleted parent fails, and deleting the parent deletes its children.
+    """
+
+    name: str
+    table: Table
+    immutable: tuple[str, ...]
+    parent: Resource | None = None
+    parent_column: str | None = None
+    children: list[Resource] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.parent is not None:
+            self.parent.children.append(self)
+
+    def label(self, object_id: Any) -> str:
+        return f"{self.name.capitalize()} {object_id}"
+
+
+class Deletion(enum.Enum):
+    DELETED = "deleted"  # it was alive; now it is a tombstone
+    ALREADY_DELETED = "already_deleted"  # it was a tombstone already
+    NEVER_SEEN = "never_seen"  # nothing had that ID; a tombstone now holds it
+
+
+def create_or_return(
+    *,
+    db_session: Session,
+    resource: Resource,
+    values: Mapping[str, Any],
+) -> tuple[RowMapping, bool]:
+    """Insert the object unless its ID exists; return ``(row, created)``.
+
+    :raise Gone: the ID is a tombstone, or the parent is deleted.
+    :raise NotFound: the parent does not exist.
+    :raise IdConflict: the ID exists with different immutable fields.
+    """
+    table = resource.table
+    if resource.parent is None:
+        stmt = insert(table).values(**values)
+    else:
+        # Insert only while the parent is alive, holding a share lock on it so a
+        # concurrent delete of the parent either waits for this child (and then
+        # tombstones it too) or has already won (and nothing is inserted).
+        parent = resource.parent.table
+        source = (
+            select(*[literal(value, type_=table.c[name].type).label(name) for name, value in values.items()])
+            .where(parent.c.id == values[resource.parent_column], parent.c.deleted_at.is_(None))
+            .with_for_update(read=True)
+        )
+        stmt = insert(table).from_select(list(values), source)
+    stmt = stmt.on_conflict_do_nothing(index_elements=[table.c.id]).returning(*table.c)
+    row = db_session.execute(stmt).mappings().first()
+    if row is not None:
+        return row, True
+
+    existing = db_session.execute(select(table).where(table.c.id == values["id"])).mappings().first()
+    if existing is None:
+        # Nothing conflicted, so the guarded insert found no live parent (and
+        # parents never come back to life, so this raises).
+        _require_live_parent(db_session, resource, values[resource.parent_column])
+        raise AssertionError(f"{resource.label(values['id'])}: insert returned nothing, yet the parent is alive")
+    if existing["deleted_at"] is not None:
+        raise Gone(f"{resource.label(values['id'])} was deleted; a deleted ID is never reused.")
+    conflicts = [
+        {"field": name, "stored": _jsonable(existing[name]), "sent": _jsonable(values[name])}
+        for name in resource.immutable
+        if name in values and existing[name] != values[name]
+    ]
+    if conflicts:
+        raise IdConflict(resource.name, values["id"], conflicts)
+    return existing, False
+
+
+def get_live(
+    *, db_session: Session, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+) -> RowMapping:
+    """The object, if it exists, is alive and lies within ``scope``.
+
+    :raise NotFound: no such object (within ``scope``).
+    :raise Gone: it was deleted.
+    """
+    row = _read(db_session, resource, object_id, scope)
+    if row["deleted_at"] is not None:
+        raise Gone(f"{resource.label(object_id)} was deleted.")
+    return row
+
+
+def apply_update(
+    *,
+    db_session: Session,
+    resource: Resource,
+    object_id: Any,
+    generation: int,
+    values: Mapping[str, Any],
+    scope: Mapping[str, Any] | None = None,
+) -> tuple[RowMapping, bool]:
+    """Apply ``values`` only if ``generation`` is newer; return ``(row, applied)``.
+
+    A stale or repeated update changes nothing and returns the current row, so
+    updates delivered late or twice can never move an object backwards.
+
+    :raise NotFound: no such object (within ``scope``).
+    :raise Gone: it was deleted.
+    """
+    table = resource.table
+    stmt = (
+        update(table)
+        .where(
+            table.c.id == object_id,
+            table.c.deleted_at.is_(None),
+            table.c.generation < generation,
+            *_scope_clauses(table, scope),
+        )
+        .values(**values, generation=generation, updated_at=func.now())
+        .returning(*table.c)
+    )
+    row = db_session.execute(stmt).mappings().first()
+    if row is not None:
+        return row, True
+    return get_live(db_session=db_session, resource=resource, object_id=object_id, scope=scope), False
+
+
+def mark_deleted(
+    *, db_session: Session, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+) -> Deletion:
+    """Turn the object into a tombstone, with its children; say what it was.
+
+    An ID never seen gets a tombstone as well, so a create that was delayed in
+    the network behind this delete still finds the ID deleted.
+
+    :raise NotFound: the object belongs to another parent, or its parent does
+        not exist (a tombstone needs an existing parent).
+    """
+    table = resource.table
+    if _soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
+        return Deletion.DELETED
+    if resource.parent is not None:
+        _require_existing_parent(db_session, resource, scope[resource.parent_column])
+    tombstone = {"id": object_id, **(scope or {}), "deleted_at": func.now()}
+    stmt = insert(table).values(**tombstone).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
+    if db_session.execute(stmt).first() is not None:
+        return Deletion.NEVER_SEEN
+    # The ID exists: deleted already, under another parent, or created by a
+    # request that committed between our UPDATE and INSERT. Lock it and decide.
+    row = _read(db_session, resource, object_id, scope, for_update=True)
+    if row["deleted_at"] is not None:
+        return Deletion.ALREADY_DELETED
+    _soft_delete(db_session, resource, [table.c.id == object_id])
+    return Deletion.DELETED
+
+
+def list_live(
+    *,
+    db_session: Session,
+    resource: Resource,
+    filters: Mapping[str, Any],
+    limit: int,
+    after: Any = None,
+) -> tuple[Sequence[RowMapping], Any]:
+    """One page of live objects in id order; return ``(rows, next_after)``."""
+    table = resource.table
+    stmt = select(table).where(table.c.deleted_at.is_(None), *_scope_clauses(table, filters))
+    if after is not None:
+        stmt = stmt.where(table.c.id > after)
+    rows = db_session.execute(stmt.order_by(table.c.id).limit(limit + 1)).mappings().all()
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1]["id"]
+    return rows, None
+
+
+def _soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> bool:
+    table = resource.table
+    stmt = (
+        update(table)
+        .where(table.c.deleted_at.is_(None), *where)
+        .values(deleted_at=func.now(), updated_at=func.now())
+        .returning(table.c.id)
+    )
+    deleted_id = db_session.execute(stmt).scalar()
+    if deleted_id is None:
+        return False
+    for child in resource.children:
+        _soft_delete(db_session, child, [child.table.c[child.parent_column] == deleted_id])
+    return True
+
+
+def _read(
+    db_session: Session,
+    resource: Resource,
+    object_id: Any,
+    scope: Mapping[str, Any] | None,
+    *,
+    for_update: bool = False,
+) -> RowMapping:
+    table = resource.table
+    stmt = select(table).where(table.c.id == object_id, *_scope_clauses(table, scope))
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = db_session.execute(stmt).mappings().first()
+    if row is None:
+        if resource.parent is not None and scope:
+            _require_live_parent(db_session, resource, scope[resource.parent_column])
+        raise NotFound(f"{resource.label(object_id)} does not exist.")
+    return row
+
+
+def _require_existing_parent(db_session: Session, resource: Resource, parent_id: Any) -> RowMapping:
+    parent = resource.parent
+    row = db_session.execute(select(parent.table).where(parent.table.c.id == parent_id)).mappings().first()
+    if row is None:
+        raise NotFound(f"{parent.label(parent_id)} does not exist.")
+    return row
+
+
+def _require_live_parent(db_session: Session, resource: Resource, parent_id: Any) -> None:
+    if _require_existing_parent(db_session, resource, parent_id)["deleted_at"] is not None:
+        raise Gone(f"{resource.parent.label(parent_id)} was deleted.")
+
+
+def _scope_clauses(table: Table, scope: Mapping[str, Any] | None) -> list[Any]:
+    return [table.c[name] == value for name, value in (scope or {}).items()]
+
+
+def _jsonable(value: Any) -> Any:
+    return value if value is None or isinstance(value, (int, float, bool, str)) else str(value)

@@ -1,0 +1,116 @@
+"""Base schemas and fields both services build on.
+
+Input schemas reject unknown fields (marshmallow's RAISE), so a typo in a field
+name is a 422 naming the field rather than a silently ignored value.
+"""
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from typing import Any
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+
+class InputSchema(ma.Schema):
+    class Meta:
+        unknown = ma.RAISE
+
+
+class OutputSchema(ma.Schema):
+    class Meta:
+        ordered = True
+
+
+class ObjectId(fields.UUID):
+    """A UUID that names an object: canonical text form, never the nil UUID."""
+
+    default_error_messages = {
+        "invalid_uuid": "Not a valid UUID.",
+        "nil": "The nil UUID cannot name an object.",
+    }
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> uuid.UUID | None:
+        if not isinstance(value, str):
+            raise self.make_error("invalid_uuid")
+        result = super()._deserialize(value, attr, data, **kwargs)
+        if result is not None and result.int == 0:
+            raise self.make_error("nil")
+        return result
+
+
+class StrictInteger(fields.Integer):
+    """An integer that refuses strings, floats and booleans."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(strict=True, **kwargs)
+
+    def _validated(self, value: Any) -> int:
+        if isinstance(value, bool):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class Text(fields.String):
+    """A string PostgreSQL can store: it refuses the NUL character."""
+
+    default_error_messages = {"nul": "Must not contain the NUL character."}
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "\x00" in text:
+            raise self.make_error("nul")
+        return text
+
+
+class IPNetwork(fields.String):
+    """An IPv4 or IPv6 network in CIDR notation, stored in canonical form."""
+
+    default_error_messages = {
+        "invalid_network": "Not a valid IPv4 or IPv6 network in CIDR notation (for example 10.0.0.0/8).",
+        "host_bits": "Has host bits set; did you mean {network}?",
+    }
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return str(ipaddress.ip_network(text, strict=True))
+        except ValueError:
+            pass
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise self.make_error("invalid_network") from None
+        raise self.make_error("host_bits", network=str(network))
+
+
+class ProblemSchema(OutputSchema):
+    """RFC 9457 problem details, as every error is answered (documentation only)."""
+
+    type = fields.String(metadata={"description": "URI naming the kind of problem"})
+    title = fields.String()
+    status = fields.Integer()
+    detail = fields.String(metadata={"description": "What went wrong, for a person"})
+    code = fields.String(metadata={"description": "Stable machine-readable code"})
+    errors = fields.Dict(metadata={"description": "Per-field validation messages"})
+    conflicts = fields.List(fields.Dict(), metadata={"description": "For id_conflict: field, stored and sent values"})
+
+
+class PageArgs(InputSchema):
+    """Keyset pagination: ``after`` is the last id of the previous page."""
+
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
+    after = ObjectId(load_default=None)
+
+
+def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
+    """An output schema for one page of ``item_schema`` items."""
+    return type(
+        name,
+        (OutputSchema,),
+        {
+            "items": fields.List(fields.Nested(item_schema)),
+            "next_after": fields.UUID(allow_none=True, metadata={"description": "Pass as 'after' for the next page"}),
+        },
+    )
