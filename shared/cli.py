@@ -74,6 +74,9 @@ def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int
             "proc_name": name,
             "graceful_timeout": 10,
             "errorlog": "-",
+            # Several services (and test servers) run side by side; gunicorn's
+            # control socket would make them fight over one path.
+            "control_socket_disable": True,
             "loglevel": "info",
         },
     ).run()

@@ -6,6 +6,8 @@ are limited to about 100 bytes).
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -14,19 +16,33 @@ from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
 
-def start(pgdata: Path, *, delete_on_exit: bool = False):
-    """Start (or reuse) the server whose data lives in ``pgdata``."""
+def start(pgdata: Path):
+    """Start (or reuse) the server whose data lives in ``pgdata``; see :func:`stop`."""
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset, as it is in CI.
         warnings.simplefilter("ignore")
         import pgserver
 
-        return pgserver.get_server(pgdata, cleanup_mode="delete" if delete_on_exit else "stop")
+        # Stopping is ours to do: pgserver's own reference counting leaves the
+        # server running for ever once a process holding it was killed.
+        return pgserver.get_server(pgdata, cleanup_mode=None)
+
+
+def stop(server, *, delete: bool = False) -> None:
+    """Stop the server (fast shutdown), and delete its data if asked."""
+    import pgserver
+
+    try:
+        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+    except subprocess.CalledProcessError:
+        pass  # already stopped
+    if delete:
+        shutil.rmtree(server.pgdata, ignore_errors=True)
 
 
 def admin_url(server) -> str:
     """A SQLAlchemy URL for the server's ``postgres`` database."""
-    return "postgresql+psycopg2://postgres@/postgres?host=" + str(server.pgdata)
+    return server.get_uri().replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
 def database_url(server_url: str, name: str) -> str:

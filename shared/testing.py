@@ -31,11 +31,11 @@ def postgres_server() -> Iterator[str]:
     if given:
         yield given.replace("postgresql://", "postgresql+psycopg2://", 1)
         return
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgt")), delete_on_exit=True)
+    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgt")))
     try:
         yield embedded_pg.admin_url(server)
     finally:
-        server.cleanup()
+        embedded_pg.stop(server, delete=True)
 
 
 def fresh_database(server_url: str, prefix: str) -> str:
