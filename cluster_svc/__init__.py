@@ -30,6 +30,8 @@ class Settings:
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
+    from cluster_svc.views import blp
+
     settings = settings or Settings.from_env()
     database = Database(settings.database_url, pool_size=settings.pool_size)
     expected = settings.internal_token.encode()
@@ -40,11 +42,5 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     app, api = create_service_app(
         __name__, title="cluster_svc", database=database, authenticate=authenticate, testing=testing
     )
-    register_blueprints(api)
-    return app
-
-
-def register_blueprints(api) -> None:
-    from cluster_svc.views import blp
-
     api.register_blueprint(blp)
+    return app

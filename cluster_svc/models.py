@@ -12,16 +12,10 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Uuid, func, text
-from sqlalchemy.dialects.postgresql import CIDR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from shared.idempotent import Resource
-
-REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
-PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
-POSTGRES_VERSIONS = (14, 17)  # inclusive range
-STORAGE_GB = (10, 4096)  # inclusive range
-
+from shared.types import IPNetworkType
 
 class Base(DeclarativeBase):
     metadata = MetaData(
@@ -72,7 +66,7 @@ class FirewallRule(Lifecycle, Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), nullable=False)
-    cidr: Mapped[str | None] = mapped_column(CIDR)
+    cidr: Mapped[str | None] = mapped_column(IPNetworkType)
     description: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (

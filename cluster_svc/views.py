@@ -5,7 +5,6 @@ from typing import Any
 
 from flask import Response, url_for
 from flask.views import MethodView
-from flask_smorest import Blueprint
 
 from cluster_svc import services
 from cluster_svc.schemas import (
@@ -19,7 +18,8 @@ from cluster_svc.schemas import (
     FirewallRulePage,
     FirewallRuleUpdate,
 )
-from shared.db import request_session
+from shared.api import Blueprint
+from shared.db import transaction
 from shared.errors import Gone, problem
 from shared.idempotent import Deletion
 from shared.schemas import PageArgs
@@ -41,7 +41,7 @@ def deleted(outcome: Deletion, what: str) -> Response:
         return Response(status=204)
     if outcome is Deletion.ALREADY_DELETED:
         raise Gone(f"{what} was already deleted.")
-    # Returned, not raised, so the transaction commits the new tombstone.
+    # The view's transaction has committed the new tombstone; this is an answer, not a failure.
     return problem(404, "not_found", f"{what} does not exist; its ID is now reserved as deleted.")
 
 
@@ -51,7 +51,8 @@ class Clusters(MethodView):
     @blp.response(200, ClusterPage)
     def get(self, args):
         """List live clusters in id order (keyset pagination)."""
-        items, next_after = services.list_clusters(db_session=request_session(), **args)
+        with transaction() as db_session:
+            items, next_after = services.list_clusters(db_session=db_session, **args)
         return {"items": items, "next_after": next_after}
 
     @blp.arguments(ClusterCreate)
@@ -61,7 +62,8 @@ class Clusters(MethodView):
     @blp.alt_response(410, description="The ID was deleted (gone)")
     def post(self, cluster_in):
         """Create a cluster with the caller's ID, or return the one that has it."""
-        row, created = services.create_cluster(db_session=request_session(), cluster_in=cluster_in)
+        with transaction() as db_session:
+            row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
         return created_or_replayed(row, created, url_for("clusters.Cluster", cluster_id=row["id"]))
 
 
@@ -72,7 +74,8 @@ class Cluster(MethodView):
     @blp.alt_response(410, description="Deleted")
     def get(self, cluster_id):
         """Get a cluster."""
-        return services.get_cluster(db_session=request_session(), cluster_id=cluster_id)
+        with transaction() as db_session:
+            return services.get_cluster(db_session=db_session, cluster_id=cluster_id)
 
     @blp.arguments(ClusterUpdate)
     @blp.response(200, ClusterOut, description="The current state, whether applied or stale")
@@ -80,7 +83,8 @@ class Cluster(MethodView):
     @blp.alt_response(410, description="Deleted")
     def put(self, cluster_in, cluster_id):
         """Update a cluster's mutable fields if the generation is newer than the stored one."""
-        row, _applied = services.update_cluster(db_session=request_session(), cluster_id=cluster_id, cluster_in=cluster_in)
+        with transaction() as db_session:
+            row, _applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
         return row
 
     @blp.response(204, description="Deleted")
@@ -88,7 +92,8 @@ class Cluster(MethodView):
     @blp.alt_response(410, description="Already deleted")
     def delete(self, cluster_id):
         """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
-        outcome = services.delete_cluster(db_session=request_session(), cluster_id=cluster_id)
+        with transaction() as db_session:
+            outcome = services.delete_cluster(db_session=db_session, cluster_id=cluster_id)
         return deleted(outcome, f"Cluster {cluster_id}")
 
 
@@ -100,7 +105,8 @@ class FirewallRules(MethodView):
     @blp.alt_response(410, description="The cluster was deleted")
     def get(self, args, cluster_id):
         """List a cluster's live firewall rules in id order."""
-        items, next_after = services.list_firewall_rules(db_session=request_session(), cluster_id=cluster_id, **args)
+        with transaction() as db_session:
+            items, next_after = services.list_firewall_rules(db_session=db_session, cluster_id=cluster_id, **args)
         return {"items": items, "next_after": next_after}
 
     @blp.arguments(FirewallRuleCreate)
@@ -111,7 +117,8 @@ class FirewallRules(MethodView):
     @blp.alt_response(410, description="The rule or its cluster was deleted (gone)")
     def post(self, rule_in, cluster_id):
         """Create a firewall rule with the caller's ID, or return the one that has it."""
-        row, created = services.create_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_in=rule_in)
+        with transaction() as db_session:
+            row, created = services.create_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_in=rule_in)
         location = url_for("clusters.FirewallRule", cluster_id=cluster_id, rule_id=row["id"])
         return created_or_replayed(row, created, location)
 
@@ -123,7 +130,8 @@ class FirewallRule(MethodView):
     @blp.alt_response(410, description="Deleted, or its cluster was")
     def get(self, cluster_id, rule_id):
         """Get a firewall rule."""
-        return services.get_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id)
+        with transaction() as db_session:
+            return services.get_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
 
     @blp.arguments(FirewallRuleUpdate)
     @blp.response(200, FirewallRuleOut, description="The current state, whether applied or stale")
@@ -131,9 +139,10 @@ class FirewallRule(MethodView):
     @blp.alt_response(410, description="Deleted")
     def put(self, rule_in, cluster_id, rule_id):
         """Update a rule's description if the generation is newer than the stored one."""
-        row, _applied = services.update_firewall_rule(
-            db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
-        )
+        with transaction() as db_session:
+            row, _applied = services.update_firewall_rule(
+                db_session=db_session, cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
+            )
         return row
 
     @blp.response(204, description="Deleted")
@@ -141,5 +150,6 @@ class FirewallRule(MethodView):
     @blp.alt_response(410, description="Already deleted")
     def delete(self, cluster_id, rule_id):
         """Delete a firewall rule (soft delete; the ID stays taken)."""
-        outcome = services.delete_firewall_rule(db_session=request_session(), cluster_id=cluster_id, rule_id=rule_id)
+        with transaction() as db_session:
+            outcome = services.delete_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
         return deleted(outcome, f"Firewall rule {rule_id}")

@@ -7,6 +7,7 @@ service adds its blueprints.
 from __future__ import annotations
 
 import http
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,9 +15,10 @@ from typing import Any
 import flask_smorest
 from flask import Flask, g, request
 from werkzeug.exceptions import UnprocessableEntity, UnsupportedMediaType
+from webargs.flaskparser import FlaskParser
 from werkzeug.routing import BaseConverter
 
-from shared.db import Database, TransactionalFlask
+from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
 from shared.schemas import ProblemSchema
 
@@ -46,6 +48,25 @@ class ProblemApi(flask_smorest.Api):
             {"description": "An error, as problem+json", "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}},
             lazy=True,
         )
+
+
+class _JsonParser(FlaskParser):
+    """webargs' parser, also turning JSON Python cannot read (nested too deeply,
+    integers of thousands of digits) into the 400 for invalid JSON."""
+
+    def _raw_load_json(self, req):
+        try:
+            return super()._raw_load_json(req)
+        except json.JSONDecodeError:
+            raise
+        except (RecursionError, ValueError) as exc:
+            raise json.JSONDecodeError(f"Unreadable JSON: {exc}", "<body>", 0) from None
+
+
+class Blueprint(flask_smorest.Blueprint):
+    """flask-smorest's Blueprint with the parser above; services use this one."""
+
+    ARGUMENTS_PARSER = _JsonParser()
 
 
 class ObjectIdConverter(BaseConverter):
@@ -89,7 +110,7 @@ def create_service_app(
     ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
     or ``None`` when the token is not valid.
     """
-    app = TransactionalFlask(name)
+    app = Flask(name)
     configure(app, title=title, testing=testing)
     database.init_app(app)
     register_error_handlers(app)

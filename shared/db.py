@@ -1,16 +1,21 @@
-"""Database engine, sessions and the one owner of each request's transaction.
+"""Database engine, sessions and transactions.
 
-Services receive a session as a keyword argument and never commit. A web
-request's transaction is begun lazily on first use and ended in exactly one
-place, :meth:`TransactionalFlask.dispatch_request`: committed when the view
-returns (whatever status it chose), rolled back when it raises. Committing
-there, before the response is built, means a failed commit becomes a 500 rather
-than a 201 for a row that was never stored. Jobs and CLI commands use
-``with db.sessionmaker.begin() as session:``, the same rule in a ``with``.
+Services receive a session as the keyword argument ``db_session`` and never
+commit. Each transaction has one owner, which opens and ends it in a single
+``with`` block: a view (``with transaction() as db_session:``), the reconciler,
+or a CLI command (``with database.sessionmaker.begin() as db_session:``). The
+block commits when it ends normally and rolls back when it raises. A view
+commits before it returns, so a failed commit becomes a 500 rather than a 201
+for a row that was never stored, and a view that answers an error after
+writing (a DELETE of an unknown ID records a tombstone, then answers 404)
+still keeps what it wrote.
 """
 from __future__ import annotations
 
-from flask import Flask, current_app, g
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from flask import Flask, current_app
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,38 +37,13 @@ class Database:
 
     def init_app(self, app: Flask) -> None:
         app.extensions["database"] = self
-        app.teardown_appcontext(_close_request_session)
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
-def request_session() -> Session:
-    """The current request's session, created on first use."""
-    session = g.get("db_session")
-    if session is None:
-        session = g.db_session = current_app.extensions["database"].sessionmaker()
-    return session
-
-
-def _close_request_session(exc: BaseException | None) -> None:
-    session = g.pop("db_session", None)
-    if session is not None:
-        session.close()
-
-
-class TransactionalFlask(Flask):
-    """A Flask app whose every request runs in one database transaction."""
-
-    def dispatch_request(self):  # type: ignore[override]
-        try:
-            rv = super().dispatch_request()
-        except BaseException:
-            session = g.get("db_session")
-            if session is not None:
-                session.rollback()
-            raise
-        session = g.get("db_session")
-        if session is not None:
-            session.commit()
-        return rv
+@contextmanager
+def transaction() -> Iterator[Session]:
+    """One transaction on the current app's database, committed at the end of the block."""
+    with current_app.extensions["database"].sessionmaker.begin() as db_session:
+        yield db_session

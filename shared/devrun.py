@@ -22,6 +22,7 @@ DEV = ROOT / ".dev"
 # (database URL variable, database name, console script that migrates it)
 SERVICES = [
     ("CLUSTER_DATABASE_URL", "cluster", "cluster-svc"),
+    ("PLATFORM_DATABASE_URL", "platform", "platform-svc"),
 ]
 
 
@@ -68,10 +69,17 @@ def _dev_token() -> str:
 def _print_welcome(env: dict[str, str]) -> None:
     print(
         f"""
-cluster_svc  http://127.0.0.1:8001   (docs: http://127.0.0.1:8001/docs)
-Internal token (also in .dev/internal_token):
-  export INTERNAL_TOKEN={env["INTERNAL_TOKEN"]}
-  curl -H "Authorization: Bearer $INTERNAL_TOKEN" http://127.0.0.1:8001/v1/clusters
+platform_svc http://127.0.0.1:8000   (public API; docs at /docs)
+cluster_svc  http://127.0.0.1:8001   (internal; token in .dev/internal_token)
+reconciler   pushes whatever cluster_svc has not confirmed
+
+First call, from another terminal in this folder:
+  export PLATFORM_DATABASE_URL='{env["PLATFORM_DATABASE_URL"]}'
+  .venv/bin/platform-svc create-account demo        # prints an API key, once
+  export API_KEY=<the key>
+  curl -H "Authorization: Bearer $API_KEY" -H "Content-Type: application/json" \\
+       -d '{{"name":"main-db","region":"eu-west-1","postgres_version":16,"plan":"standard-2","storage_gb":100}}' \\
+       http://127.0.0.1:8000/v1/clusters
 Ctrl-C stops everything.
 """,
         flush=True,

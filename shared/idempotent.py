@@ -25,6 +25,7 @@ from sqlalchemy import Table, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import ClauseElement
 
 from shared.errors import Gone, IdConflict, NotFound
 
@@ -65,8 +66,12 @@ def create_or_return(
     db_session: Session,
     resource: Resource,
     values: Mapping[str, Any],
+    conflict_on: Sequence[str] = ("id",),
 ) -> tuple[RowMapping, bool]:
-    """Insert the object unless its ID exists; return ``(row, created)``.
+    """Insert the object unless its key exists; return ``(row, created)``.
+
+    The key is the ID, or the columns of another unique constraint named by
+    ``conflict_on`` (platform_svc keys on the account's Idempotency-Key).
 
     :raise Gone: the ID is a tombstone, or the parent is deleted.
     :raise NotFound: the parent does not exist.
@@ -81,31 +86,32 @@ def create_or_return(
         # tombstones it too) or has already won (and nothing is inserted).
         parent = resource.parent.table
         source = (
-            select(*[literal(value, type_=table.c[name].type).label(name) for name, value in values.items()])
+            select(*[_as_column(table, name, value) for name, value in values.items()])
             .where(parent.c.id == values[resource.parent_column], parent.c.deleted_at.is_(None))
             .with_for_update(read=True)
         )
         stmt = insert(table).from_select(list(values), source)
-    stmt = stmt.on_conflict_do_nothing(index_elements=[table.c.id]).returning(*table.c)
+    stmt = stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in conflict_on]).returning(*table.c)
     row = db_session.execute(stmt).mappings().first()
     if row is not None:
         return row, True
 
-    existing = db_session.execute(select(table).where(table.c.id == values["id"])).mappings().first()
+    key = [table.c[name] == values[name] for name in conflict_on]
+    existing = db_session.execute(select(table).where(*key)).mappings().first()
     if existing is None:
         # Nothing conflicted, so the guarded insert found no live parent (and
         # parents never come back to life, so this raises).
         _require_live_parent(db_session, resource, values[resource.parent_column])
         raise AssertionError(f"{resource.label(values['id'])}: insert returned nothing, yet the parent is alive")
     if existing["deleted_at"] is not None:
-        raise Gone(f"{resource.label(values['id'])} was deleted; a deleted ID is never reused.")
+        raise Gone(f"{resource.label(existing['id'])} was deleted; a deleted ID is never reused.")
     conflicts = [
         {"field": name, "stored": _jsonable(existing[name]), "sent": _jsonable(values[name])}
         for name in resource.immutable
         if name in values and existing[name] != values[name]
     ]
     if conflicts:
-        raise IdConflict(resource.name, values["id"], conflicts)
+        raise IdConflict(resource.name, existing["id"], conflicts)
     return existing, False
 
 
@@ -170,7 +176,7 @@ def mark_deleted(
         not exist (a tombstone needs an existing parent).
     """
     table = resource.table
-    if _soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
+    if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
         return Deletion.DELETED
     if resource.parent is not None:
         _require_existing_parent(db_session, resource, scope[resource.parent_column])
@@ -183,7 +189,7 @@ def mark_deleted(
     row = _read(db_session, resource, object_id, scope, for_update=True)
     if row["deleted_at"] is not None:
         return Deletion.ALREADY_DELETED
-    _soft_delete(db_session, resource, [table.c.id == object_id])
+    soft_delete(db_session, resource, [table.c.id == object_id])
     return Deletion.DELETED
 
 
@@ -206,7 +212,8 @@ def list_live(
     return rows, None
 
 
-def _soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> bool:
+def soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> bool:
+    """Tombstone the live row matching ``where``, and its children; False if none was alive."""
     table = resource.table
     stmt = (
         update(table)
@@ -218,7 +225,7 @@ def _soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> b
     if deleted_id is None:
         return False
     for child in resource.children:
-        _soft_delete(db_session, child, [child.table.c[child.parent_column] == deleted_id])
+        soft_delete(db_session, child, [child.table.c[child.parent_column] == deleted_id])
     return True
 
 
@@ -253,6 +260,12 @@ def _require_existing_parent(db_session: Session, resource: Resource, parent_id:
 def _require_live_parent(db_session: Session, resource: Resource, parent_id: Any) -> None:
     if _require_existing_parent(db_session, resource, parent_id)["deleted_at"] is not None:
         raise Gone(f"{resource.parent.label(parent_id)} was deleted.")
+
+
+def _as_column(table: Table, name: str, value: Any) -> Any:
+    if isinstance(value, ClauseElement):  # e.g. now() + interval
+        return value.label(name)
+    return literal(value, type_=table.c[name].type).label(name)
 
 
 def _scope_clauses(table: Table, scope: Mapping[str, Any] | None) -> list[Any]:

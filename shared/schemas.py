@@ -53,29 +53,41 @@ class StrictInteger(fields.Integer):
 
 
 class Text(fields.String):
-    """A string PostgreSQL can store: it refuses the NUL character."""
+    """A string PostgreSQL can store: no NUL character, no lone surrogate."""
 
-    default_error_messages = {"nul": "Must not contain the NUL character."}
+    default_error_messages = {
+        "nul": "Must not contain the NUL character.",
+        "unicode": "Must be valid Unicode text (it contains a lone surrogate).",
+    }
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
         if "\x00" in text:
             raise self.make_error("nul")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.make_error("unicode") from None
         return text
 
 
 class IPNetwork(fields.String):
-    """An IPv4 or IPv6 network in CIDR notation, stored in canonical form."""
+    """An IPv4 or IPv6 network in CIDR notation, loaded as an :mod:`ipaddress` network."""
 
     default_error_messages = {
         "invalid_network": "Not a valid IPv4 or IPv6 network in CIDR notation (for example 10.0.0.0/8).",
         "host_bits": "Has host bits set; did you mean {network}?",
     }
 
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> str:
+    def _serialize(self, value: Any, attr: Any, obj: Any, **kwargs: Any) -> str | None:
+        return None if value is None else str(value)
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
         text = super()._deserialize(value, attr, data, **kwargs)
+        if "%" in text:  # an IPv6 zone ("fe80::%eth0") names an interface, not a network
+            raise self.make_error("invalid_network")
         try:
-            return str(ipaddress.ip_network(text, strict=True))
+            return ipaddress.ip_network(text, strict=True)
         except ValueError:
             pass
         try:
@@ -114,3 +126,30 @@ def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
             "next_after": fields.UUID(allow_none=True, metadata={"description": "Pass as 'after' for the next page"}),
         },
     )
+
+
+# The fields of the two resources, as both services validate them: the public
+# body platform_svc accepts is exactly what it later sends to cluster_svc.
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
+PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
+
+CLUSTER_NAME = validate.Regexp(r"^[a-z0-9-]{1,63}$", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
+
+
+class ClusterMutableFields(InputSchema):
+    name = Text(required=True, validate=CLUSTER_NAME)
+    plan = fields.String(required=True, validate=validate.OneOf(PLANS))
+    storage_gb = StrictInteger(required=True, validate=validate.Range(10, 4096))
+
+
+class ClusterFields(ClusterMutableFields):
+    region = fields.String(required=True, validate=validate.OneOf(REGIONS))
+    postgres_version = StrictInteger(required=True, validate=validate.Range(14, 17))
+
+
+class FirewallRuleMutableFields(InputSchema):
+    description = Text(load_default="", validate=validate.Length(max=255))
+
+
+class FirewallRuleFields(FirewallRuleMutableFields):
+    cidr = IPNetwork(required=True, metadata={"description": "IPv4 or IPv6 network, e.g. 10.0.0.0/8"})

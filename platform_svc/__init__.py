@@ -1,0 +1,60 @@
+"""platform_svc: the public service that assigns every ID and pushes objects down."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask
+
+from shared import config
+from shared.api import create_service_app
+from shared.client import ClientPolicy, InternalClient
+from shared.db import Database
+
+# The inline push after a public write: a short budget, since the reconciler
+# finishes whatever it does not.
+INLINE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=2.0, retries=2, backoff_factor=0.1, backoff_max=0.5)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    cluster_svc_url: str
+    internal_token: str
+    pool_size: int = 5
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """:raise ConfigError: a required setting is missing."""
+        return cls(
+            database_url=config.database_url("PLATFORM_DATABASE_URL"),
+            cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
+            internal_token=config.require("INTERNAL_TOKEN", why="the bearer token cluster_svc accepts"),
+            pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
+        )
+
+    def database(self) -> Database:
+        return Database(self.database_url, pool_size=self.pool_size)
+
+    def client(self, policy: ClientPolicy) -> InternalClient:
+        return InternalClient(self.cluster_svc_url, self.internal_token, policy)
+
+
+def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
+    """The application factory; settings come from the environment when not given."""
+    from platform_svc import services
+    from platform_svc.sync import Pusher
+    from platform_svc.views import blp
+
+    settings = settings or Settings.from_env()
+    database = settings.database()
+
+    def authenticate(api_key: str):
+        with database.sessionmaker() as db_session:
+            return services.authenticate(db_session=db_session, api_key=api_key)
+
+    app, api = create_service_app(
+        __name__, title="platform_svc", database=database, authenticate=authenticate, testing=testing
+    )
+    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY))
+    api.register_blueprint(blp)
+    return app

@@ -1,0 +1,127 @@
+"""``platform-svc``: serve, migrate, reconcile, create-account, sync-status."""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+from sqlalchemy import func, select, update
+
+from shared import config
+from shared.cli import fail_fast, migrate as run_migrations, run_gunicorn, serve_options
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+@click.group(help="platform_svc: the public API; assigns every ID and pushes objects down to cluster_svc.")
+def main() -> None:
+    pass
+
+
+@main.command(help="Serve the public API with gunicorn.")
+@serve_options(default_port=8000)
+@fail_fast
+def serve(host: str, port: int, workers: int, threads: int) -> None:
+    from dataclasses import replace
+
+    from platform_svc import Settings, create_app
+
+    settings = Settings.from_env()  # fail here, once, before forking workers
+    run_gunicorn(
+        lambda: create_app(replace(settings, pool_size=threads)),
+        name="platform-svc",
+        host=host,
+        port=port,
+        workers=workers,
+        threads=threads,
+    )
+
+
+@main.command(help="Apply the database migrations (PLATFORM_DATABASE_URL).")
+@fail_fast
+def migrate() -> None:
+    run_migrations(MIGRATIONS, config.database_url("PLATFORM_DATABASE_URL"))
+    click.echo("platform_svc database is up to date.")
+
+
+@main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
+@click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10000))
+@fail_fast
+def reconcile(once: bool, concurrency: int, batch: int) -> None:
+    from platform_svc import Settings
+    from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
+    from platform_svc.sync import Pusher
+    from shared.client import ClientPolicy
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings.from_env()
+    pusher = Pusher(settings.database(), settings.client(ClientPolicy(pool_size=concurrency)))
+    options = ReconcilerSettings(batch=batch, concurrency=concurrency)
+    if once:
+        states = reconcile_once(pusher, options)
+        failed = count_failed(pusher)
+        click.echo(f"pushed {sum(states.values())} rows: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+        if failed:
+            click.echo(f"{failed} rows are failed; see `platform-svc sync-status`.", err=True)
+        sys.exit(1 if failed else 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    click.echo("reconciler running; Ctrl-C stops it.")
+    run(pusher, options, stop)
+
+
+@main.command("create-account", help="Create an account and print its id and API key (shown only once).")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help='Print {"account_id": ..., "api_key": ...}.')
+@fail_fast
+def create_account(name: str, as_json: bool) -> None:
+    from platform_svc import services
+    from shared.db import Database
+
+    name = name.strip()
+    if not 1 <= len(name) <= 100:
+        raise click.BadParameter("must be 1 to 100 characters", param_hint="NAME")
+    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+    with database.sessionmaker.begin() as db_session:
+        account_id, api_key = services.create_account(db_session=db_session, name=name)
+    if as_json:
+        click.echo(json.dumps({"account_id": str(account_id), "api_key": api_key}))
+    else:
+        click.echo(f"account_id: {account_id}\napi_key:    {api_key}\n(store the key now: it is not shown again)")
+
+
+@main.command("sync-status", help="Count rows by sync state and list the failed ones with their reasons.")
+@click.option("--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler.")
+@fail_fast
+def sync_status(retry_failed: bool) -> None:
+    from platform_svc.sync import KINDS
+    from shared.db import Database
+
+    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+    with database.sessionmaker.begin() as db_session:
+        for kind in KINDS:
+            table = kind.resource.table
+            if retry_failed:
+                requeued = db_session.execute(
+                    update(table)
+                    .where(table.c.sync_state == "failed")
+                    .values(sync_failed_at=None, attempts=0, next_attempt_at=func.now(), lease_until=None)
+                ).rowcount
+                click.echo(f"{kind.resource.name}s: {requeued} failed rows put back in line")
+            counts = dict(db_session.execute(select(table.c.sync_state, func.count()).group_by(table.c.sync_state)).all())
+            summary = ", ".join(f"{counts.get(state, 0)} {state}" for state in ("synced", "pending", "failed"))
+            click.echo(f"{kind.resource.name}s: {summary}")
+            failed = db_session.execute(
+                select(table.c.id, table.c.sync_failed_at, table.c.sync_error)
+                .where(table.c.sync_state == "failed")
+                .order_by(table.c.sync_failed_at)
+            ).all()
+            for row in failed:
+                click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")

@@ -1,0 +1,126 @@
+"""platform_svc's tables: accounts, and the public objects with their sync state.
+
+Each object row is its own replay log. ``generation`` is the version the
+platform wants downstream and ``synced_generation`` the one cluster_svc has
+confirmed (0: not created there yet); a deleted row wants its delete confirmed.
+``sync_state`` is derived from those columns by PostgreSQL itself, so the
+reconciler's work list ("pending") can never disagree with the generations.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    Computed,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+
+from shared.idempotent import Resource
+from shared.types import IPNetworkType
+
+SYNC_STATE = """CASE
+    WHEN sync_failed_at IS NOT NULL THEN 'failed'
+    WHEN deleted_at IS NULL AND synced_generation >= generation THEN 'synced'
+    WHEN deleted_at IS NOT NULL AND delete_synced_at IS NOT NULL THEN 'synced'
+    ELSE 'pending'
+END"""
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "pk": "pk_%(table_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s",
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        }
+    )
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    # An API key is "<key_id>.<secret>": the id finds the row, and the secret's
+    # SHA-256 is compared in constant time. The secret itself is never stored.
+    key_id: Mapped[str] = mapped_column(String(32), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Synced:
+    """Columns of every object the platform pushes down to cluster_svc."""
+
+    account_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("accounts.id"))
+    generation: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    synced_generation: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    delete_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    sync_state: Mapped[str] = mapped_column(String(7), Computed(SYNC_STATE, persisted=True))
+    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    sync_error: Mapped[str | None] = mapped_column(Text)
+    sync_failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Replay bookkeeping: transient failures so far, when the next try is due,
+    # and until when a pusher holds the row (so no two push it at once).
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The public Idempotency-Key, on the object's own row, with a fingerprint
+    # of the request body it came with.
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    @declared_attr.directive
+    def __table_args__(cls):
+        return (
+            UniqueConstraint("account_id", "idempotency_key"),
+            # The reconciler's work list.
+            Index(f"ix_{cls.__tablename__}_due", "next_attempt_at", postgresql_where=text("sync_state = 'pending'")),
+        )
+
+
+class Cluster(Synced, Base):
+    __tablename__ = "clusters"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    region: Mapped[str] = mapped_column(String(32))
+    postgres_version: Mapped[int] = mapped_column(Integer)
+    plan: Mapped[str] = mapped_column(String(32))
+    storage_gb: Mapped[int] = mapped_column(Integer)
+
+
+class FirewallRule(Synced, Base):
+    __tablename__ = "firewall_rules"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), index=True)
+    cidr: Mapped[str] = mapped_column(IPNetworkType)
+    description: Mapped[str] = mapped_column(String(255))
+
+
+# For the create-or-return mechanism: a replay with the same Idempotency-Key is
+# checked against the body it first came with.
+CLUSTERS = Resource(name="cluster", table=Cluster.__table__, immutable=("request_fingerprint",))
+FIREWALL_RULES = Resource(
+    name="firewall rule",
+    table=FirewallRule.__table__,
+    immutable=("request_fingerprint",),
+    parent=CLUSTERS,
+    parent_column="cluster_id",
+)

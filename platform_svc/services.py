@@ -1,0 +1,167 @@
+"""platform_svc's rules: accounts, and recording the intent for each object.
+
+Each function takes the session as ``db_session`` and never commits. Pushing
+down is :mod:`platform_svc.sync`'s business, after the intent is committed.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import uuid6
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.orm import Session
+
+from platform_svc.models import Account
+from shared.errors import Conflict, Gone, IdConflict
+from shared.idempotent import Resource, create_or_return, get_live, list_live, soft_delete
+
+
+def new_id() -> uuid.UUID:
+    """Every ID the system uses is invented here: a UUIDv7 (time-ordered)."""
+    return uuid6.uuid7()
+
+
+# Accounts ------------------------------------------------------------------
+
+
+def create_account(*, db_session: Session, name: str) -> tuple[uuid.UUID, str]:
+    """Create an account; return its id and its API key, which is never stored."""
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    account_id = new_id()
+    db_session.add(Account(id=account_id, name=name, key_id=key_id, key_hash=_hash(secret)))
+    db_session.flush()
+    return account_id, f"{key_id}.{secret}"
+
+
+def authenticate(*, db_session: Session, api_key: str) -> uuid.UUID | None:
+    """The account holding ``api_key``, or None."""
+    key_id, _, secret = api_key.partition(".")
+    if not key_id or not secret:
+        return None
+    row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
+    if row is None or not hmac.compare_digest(row.key_hash, _hash(secret)):
+        return None
+    return row.id
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# Objects -------------------------------------------------------------------
+
+
+def create_object(
+    *,
+    db_session: Session,
+    resource: Resource,
+    values: Mapping[str, Any],
+    idempotency_key: str | None,
+    lease: timedelta,
+) -> tuple[RowMapping, bool]:
+    """Record a new object (a fresh UUIDv7) with a lease for the inline push.
+
+    With an Idempotency-Key, the key is unique per account on the object's own
+    row: the same key and body return the first object; another body is a 409.
+
+    :raise Conflict: the key was used with another body.
+    :raise NotFound, Gone: the parent is missing or deleted.
+    """
+    row_values = {
+        "id": new_id(),
+        **values,
+        "idempotency_key": idempotency_key,
+        "request_fingerprint": _fingerprint(values) if idempotency_key else None,
+        "lease_until": func.now() + lease,
+    }
+    conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
+    try:
+        return create_or_return(db_session=db_session, resource=resource, values=row_values, conflict_on=conflict_on)
+    except IdConflict:
+        raise Conflict(
+            f"Idempotency-Key {idempotency_key!r} was already used with a different request body.",
+        ) from None
+
+
+def _fingerprint(values: Mapping[str, Any]) -> str:
+    canonical = json.dumps(values, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def get_object(*, db_session: Session, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any) -> RowMapping:
+    """:raise NotFound: not this account's (or no such object). :raise Gone: deleted."""
+    return get_live(
+        db_session=db_session, resource=resource, object_id=object_id, scope={"account_id": account_id, **scope}
+    )
+
+
+def list_objects(
+    *, db_session: Session, resource: Resource, filters: Mapping[str, Any], limit: int, after: Any
+) -> tuple[Sequence[RowMapping], Any]:
+    return list_live(db_session=db_session, resource=resource, filters=filters, limit=limit, after=after)
+
+
+def update_object(
+    *,
+    db_session: Session,
+    resource: Resource,
+    account_id: uuid.UUID,
+    object_id: Any,
+    changes: Mapping[str, Any],
+    **scope: Any,
+) -> RowMapping:
+    """Apply ``changes`` and bump the generation, so the change is pushed down.
+
+    :raise NotFound, Gone:
+    """
+    table = resource.table
+    get_object(db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, **scope)
+    stmt = (
+        update(table)
+        .where(table.c.id == object_id, table.c.deleted_at.is_(None))
+        .values(**changes, generation=table.c.generation + 1, updated_at=func.now())
+        .returning(*table.c)
+    )
+    row = db_session.execute(stmt).mappings().first()
+    if row is None:  # deleted between the two statements
+        raise Gone(f"{resource.label(object_id)} was deleted.")
+    return row
+
+
+def delete_object(
+    *, db_session: Session, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any
+) -> RowMapping:
+    """Record the delete (children too); it is pushed down afterwards.
+
+    :raise NotFound: not this account's. :raise Gone: already deleted.
+    """
+    get_object(db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, **scope)
+    if not soft_delete(db_session, resource, [resource.table.c.id == object_id]):
+        raise Gone(f"{resource.label(object_id)} was already deleted.")
+    return _read(db_session, resource, object_id)
+
+
+def claim(*, db_session: Session, resource: Resource, object_id: Any, lease: timedelta) -> RowMapping | None:
+    """Take the push lease on one row unless another pusher holds it."""
+    table = resource.table
+    stmt = (
+        update(table)
+        .where(table.c.id == object_id, (table.c.lease_until.is_(None)) | (table.c.lease_until < func.now()))
+        .values(lease_until=func.now() + lease)
+        .returning(*table.c)
+    )
+    return db_session.execute(stmt).mappings().first()
+
+
+def _read(db_session: Session, resource: Resource, object_id: Any) -> RowMapping:
+    return db_session.execute(select(resource.table).where(resource.table.c.id == object_id)).mappings().one()
+
+

@@ -1,0 +1,203 @@
+"""Pushing platform rows down to cluster_svc, and recording what happened.
+
+Used twice, the same way: inline, right after a public write commits (a short
+budget), and by the reconciler for everything still pending. The rules that
+keep it safe:
+
+- The intent is committed before any call; a push never runs inside a
+  database transaction. A row is pushed only by whoever holds its lease, so
+  two pushers never send the same row at the same moment, and a pusher that
+  dies simply lets its lease run out.
+- What to send follows from the row alone (level-triggered): a deleted row
+  wants its delete confirmed; a row cluster_svc never confirmed is created
+  (with its current fields and generation); otherwise it is updated to the
+  wanted generation. Recording the answer only ever moves
+  ``synced_generation`` forward, so a late answer cannot undo a newer one.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.orm import Session
+
+from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
+from shared.client import Answer, InternalClient, Outcome
+from shared.db import Database
+from shared.idempotent import Resource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of platform row maps onto cluster_svc's routes and bodies."""
+
+    resource: Resource
+    collection: Callable[[RowMapping], str]
+    create_body: Callable[[RowMapping], dict[str, Any]]
+    update_body: Callable[[RowMapping], dict[str, Any]]
+
+    def item(self, row: RowMapping) -> str:
+        return f"{self.collection(row)}/{row['id']}"
+
+
+CLUSTER = Kind(
+    resource=CLUSTERS,
+    collection=lambda row: "/v1/clusters",
+    create_body=lambda row: {
+        "id": str(row["id"]),
+        "team_id": str(row["account_id"]),
+        "name": row["name"],
+        "region": row["region"],
+        "postgres_version": row["postgres_version"],
+        "plan": row["plan"],
+        "storage_gb": row["storage_gb"],
+        "generation": row["generation"],
+    },
+    update_body=lambda row: {
+        "generation": row["generation"],
+        "name": row["name"],
+        "plan": row["plan"],
+        "storage_gb": row["storage_gb"],
+    },
+)
+FIREWALL_RULE = Kind(
+    resource=FIREWALL_RULES,
+    collection=lambda row: f"/v1/clusters/{row['cluster_id']}/firewall-rules",
+    create_body=lambda row: {
+        "id": str(row["id"]),
+        "cidr": str(row["cidr"]),
+        "description": row["description"],
+        "generation": row["generation"],
+    },
+    update_body=lambda row: {"generation": row["generation"], "description": row["description"]},
+)
+KINDS = (CLUSTER, FIREWALL_RULE)  # parents first: a rule waits for its cluster
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff between a row's pushes (each push has its own quick retries)."""
+
+    max_attempts: int = 8
+    base_delay: float = 1.0
+    max_delay: float = 300.0
+
+    def delay(self, attempts: int) -> timedelta:
+        """Exponential, with full jitter so a crowd of failed rows spreads out."""
+        ceiling = min(self.max_delay, self.base_delay * 2 ** max(0, attempts - 1))
+        return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
+
+
+def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
+    """Send the one call that moves cluster_svc toward this row."""
+    if row["deleted_at"] is not None:
+        return client.delete(kind.item(row))
+    if row["synced_generation"] == 0:
+        return client.create(kind.collection(row), kind.create_body(row))
+    return client.update(kind.item(row), kind.update_body(row))
+
+
+def record(
+    *, db_session: Session, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
+) -> RowMapping:
+    """Store the outcome of a push and release the lease; return the new row.
+
+    An inline push is a bonus attempt: its transient failure leaves the row due
+    at once for the reconciler, without spending one of its attempts.
+    """
+    table = kind.resource.table
+    values: dict[str, Any] = {"lease_until": None}
+    if answer.outcome is Outcome.DONE:
+        values.update(attempts=0, sync_error=None, synced_at=func.now())
+        if row["deleted_at"] is not None:
+            values["delete_synced_at"] = func.now()
+        else:
+            confirmed = (answer.body or {}).get("generation", row["generation"])
+            values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
+    elif answer.outcome is Outcome.PERMANENT:
+        values.update(sync_failed_at=func.now(), sync_error=answer.reason)
+    elif inline:
+        values.update(sync_error=answer.reason)
+    else:
+        attempts = row["attempts"] + 1
+        values.update(attempts=attempts, sync_error=answer.reason)
+        if attempts >= retry.max_attempts:
+            values.update(sync_failed_at=func.now(), sync_error=f"gave up after {attempts} attempts: {answer.reason}")
+        else:
+            values["next_attempt_at"] = func.now() + retry.delay(attempts)
+    stmt = update(table).where(table.c.id == row["id"]).values(**values).returning(*table.c)
+    return db_session.execute(stmt).mappings().one()
+
+
+def claim_due(*, db_session: Session, kind: Kind, limit: int, lease: timedelta) -> list[RowMapping]:
+    """Lease up to ``limit`` rows that are due, skipping rows others have locked.
+
+    ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
+    lease (not a lock) is what keeps a row theirs while they push it, so no
+    transaction stays open across an HTTP call.
+    """
+    table = kind.resource.table
+    due = select(table.c.id).where(
+        table.c.sync_state == "pending",
+        table.c.next_attempt_at <= func.now(),
+        or_(table.c.lease_until.is_(None), table.c.lease_until < func.now()),
+    )
+    if kind.resource.parent is not None:
+        parent = Cluster.__table__
+        due = due.where(
+            or_(
+                table.c.deleted_at.is_not(None),
+                exists().where(and_(parent.c.id == table.c.cluster_id, parent.c.synced_generation > 0)),
+            )
+        )
+    due = due.order_by(table.c.next_attempt_at).limit(limit).with_for_update(skip_locked=True)
+    stmt = update(table).where(table.c.id.in_(due.scalar_subquery())).values(lease_until=func.now() + lease)
+    return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
+
+
+class Pusher:
+    """Pushes rows with one client and records the answers, each in its own transaction."""
+
+    def __init__(self, database: Database, client: InternalClient, retry: RetryPolicy = RetryPolicy()) -> None:
+        self.database = database
+        self.client = client
+        self.retry = retry
+
+    def push_now(self, kind: Kind, row: RowMapping) -> RowMapping:
+        """Inline: the caller has committed ``row`` and holds its lease."""
+        if kind.resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(row):
+            return self._release(kind, row)  # a rule waits for its cluster; the reconciler will push it
+        return self._push_and_record(kind, row, inline=True)
+
+    def push_many(self, kind: Kind, rows: list[RowMapping], pool: ThreadPoolExecutor) -> list[RowMapping]:
+        return list(pool.map(lambda row: self._push_and_record(kind, row, inline=False), rows))
+
+    def _push_and_record(self, kind: Kind, row: RowMapping, *, inline: bool) -> RowMapping:
+        answer = push(self.client, kind, row)
+        if answer.outcome is not Outcome.DONE:
+            log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
+        with self.database.sessionmaker.begin() as db_session:
+            return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=inline)
+
+    def _parent_confirmed(self, row: RowMapping) -> bool:
+        with self.database.sessionmaker() as db_session:
+            return bool(
+                db_session.execute(
+                    select(Cluster.synced_generation > 0).where(Cluster.id == row["cluster_id"])
+                ).scalar()
+            )
+
+    def _release(self, kind: Kind, row: RowMapping) -> RowMapping:
+        table = kind.resource.table
+        with self.database.sessionmaker.begin() as db_session:
+            stmt = update(table).where(table.c.id == row["id"]).values(lease_until=None).returning(*table.c)
+            return db_session.execute(stmt).mappings().one()

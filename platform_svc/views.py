@@ -1,0 +1,245 @@
+"""platform_svc's public routes. Views own the transactions: the intent is
+committed in one, then pushed down, and the outcome recorded in another."""
+from __future__ import annotations
+
+from datetime import timedelta
+from collections.abc import Callable
+from typing import Any
+
+from flask import Response, current_app, g, request, url_for
+from flask.views import MethodView
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.orm import Session
+
+from platform_svc import services
+from platform_svc.schemas import (
+    ClusterCreate,
+    ClusterOut,
+    ClusterPage,
+    ClusterPatch,
+    FirewallRuleCreate,
+    FirewallRuleOut,
+    FirewallRulePage,
+    FirewallRulePatch,
+)
+from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
+from shared.api import Blueprint
+from shared.db import transaction
+from shared.errors import ValidationFailed
+from shared.schemas import PageArgs
+
+blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and firewall rules of your account")
+
+# Long enough for the inline push with its quick retries; if this process dies
+# first, the lease runs out and the reconciler takes over.
+INLINE_LEASE = timedelta(seconds=15)
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "description": "Same key and body again: 200 with the same object. Same key, other body: 409.",
+}
+
+
+def idempotency_key() -> str | None:
+    """:raise 422: the header is empty or longer than 255 characters."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 1 <= len(key.strip()) <= 255:
+        raise ValidationFailed({"headers": {"Idempotency-Key": ["Must be 1 to 255 characters."]}})
+    return key.strip()
+
+
+def pusher():
+    return current_app.extensions["pusher"]
+
+
+def create_and_push(
+    kind: Kind, values: dict[str, Any], location: Callable[[RowMapping], str]
+) -> tuple[RowMapping, int, dict[str, str]]:
+    """Commit the new row (with its lease), then push it at once; 200 for a key replay."""
+    with transaction() as db_session:
+        row, created = services.create_object(
+            db_session=db_session,
+            resource=kind.resource,
+            values=values,
+            idempotency_key=idempotency_key(),
+            lease=INLINE_LEASE,
+        )
+    if not created:
+        return row, 200, {"Location": location(row), "Idempotent-Replayed": "true"}
+    row = pusher().push_now(kind, row)
+    return row, 201, {"Location": location(row)}
+
+
+def claim_for_push(kind: Kind, row: RowMapping, db_session: Session) -> RowMapping | None:
+    """Within the caller's transaction: take the lease if free (else the reconciler pushes)."""
+    return services.claim(db_session=db_session, resource=kind.resource, object_id=row["id"], lease=INLINE_LEASE)
+
+
+def push_if_claimed(kind: Kind, row: RowMapping, claimed: RowMapping | None) -> RowMapping:
+    return pusher().push_now(kind, claimed) if claimed is not None else row
+
+
+def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
+    """204 once cluster_svc confirmed the delete; 202 (with the object) while it is being pushed."""
+    if row["sync_state"] == "synced":
+        return Response(status=204)
+    return schema.dump(row), 202
+
+
+@blp.route("/clusters")
+class Clusters(MethodView):
+    @blp.arguments(PageArgs, location="query")
+    @blp.response(200, ClusterPage)
+    def get(self, args):
+        """List your live clusters, oldest first."""
+        with transaction() as db_session:
+            items, next_after = services.list_objects(
+                db_session=db_session, resource=CLUSTER.resource, filters={"account_id": g.principal}, **args
+            )
+        return {"items": items, "next_after": next_after}
+
+    @blp.arguments(ClusterCreate)
+    @blp.doc(parameters=[IDEMPOTENCY_KEY])
+    @blp.response(201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)")
+    @blp.alt_response(200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body")
+    @blp.alt_response(409, description="Idempotency-Key reused with a different body")
+    def post(self, cluster_in):
+        """Create a cluster; it gets a UUIDv7 and is pushed down to cluster_svc."""
+        values = {**cluster_in, "account_id": g.principal}
+        return create_and_push(CLUSTER, values, lambda row: url_for("public.Cluster", cluster_id=row["id"]))
+
+
+@blp.route("/clusters/<object_id:cluster_id>")
+class Cluster(MethodView):
+    @blp.response(200, ClusterOut)
+    @blp.alt_response(404, description="No such cluster in your account")
+    @blp.alt_response(410, description="Deleted")
+    def get(self, cluster_id):
+        """Get a cluster with its sync state."""
+        with transaction() as db_session:
+            return services.get_object(
+                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
+            )
+
+    @blp.arguments(ClusterPatch(partial=True))
+    @blp.response(200, ClusterOut)
+    @blp.alt_response(404, description="No such cluster in your account")
+    @blp.alt_response(410, description="Deleted")
+    def patch(self, changes, cluster_id):
+        """Change a cluster's name, plan or storage; bumps the generation and pushes it down."""
+        with transaction() as db_session:
+            row = services.update_object(
+                db_session=db_session,
+                resource=CLUSTER.resource,
+                account_id=g.principal,
+                object_id=cluster_id,
+                changes=changes,
+            )
+            claimed = claim_for_push(CLUSTER, row, db_session)
+        return push_if_claimed(CLUSTER, row, claimed)
+
+    @blp.response(204, description="Deleted, and cluster_svc confirmed it")
+    @blp.alt_response(202, schema=ClusterOut, description="Deleted; still being pushed down")
+    @blp.alt_response(404, description="No such cluster in your account")
+    @blp.alt_response(410, description="Already deleted")
+    def delete(self, cluster_id):
+        """Delete a cluster and its firewall rules."""
+        with transaction() as db_session:
+            row = services.delete_object(
+                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
+            )
+            claimed = claim_for_push(CLUSTER, row, db_session)
+        return deleted_answer(push_if_claimed(CLUSTER, row, claimed), ClusterOut())
+
+
+@blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
+class FirewallRules(MethodView):
+    @blp.arguments(PageArgs, location="query")
+    @blp.response(200, FirewallRulePage)
+    @blp.alt_response(404, description="No such cluster in your account")
+    def get(self, args, cluster_id):
+        """List a cluster's live firewall rules."""
+        with transaction() as db_session:
+            services.get_object(
+                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
+            )
+            items, next_after = services.list_objects(
+                db_session=db_session, resource=FIREWALL_RULE.resource, filters={"cluster_id": cluster_id}, **args
+            )
+        return {"items": items, "next_after": next_after}
+
+    @blp.arguments(FirewallRuleCreate)
+    @blp.doc(parameters=[IDEMPOTENCY_KEY])
+    @blp.response(201, FirewallRuleOut, description="Created")
+    @blp.alt_response(200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body")
+    @blp.alt_response(404, description="No such cluster in your account")
+    @blp.alt_response(409, description="Idempotency-Key reused with a different body")
+    @blp.alt_response(410, description="The cluster was deleted")
+    def post(self, rule_in, cluster_id):
+        """Add a firewall rule; pushed down once its cluster is."""
+        # The cluster must be this account's (an account never changes, so this
+        # may be checked apart); that it is alive is checked by the insert itself.
+        with transaction() as db_session:
+            services.get_object(
+                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
+            )
+        values = {**rule_in, "cluster_id": cluster_id, "account_id": g.principal}
+        return create_and_push(
+            FIREWALL_RULE, values, lambda row: url_for("public.FirewallRule", cluster_id=cluster_id, rule_id=row["id"])
+        )
+
+
+@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
+class FirewallRule(MethodView):
+    @blp.response(200, FirewallRuleOut)
+    @blp.alt_response(404, description="No such rule in your account")
+    @blp.alt_response(410, description="Deleted")
+    def get(self, cluster_id, rule_id):
+        """Get a firewall rule with its sync state."""
+        with transaction() as db_session:
+            return services.get_object(
+                db_session=db_session,
+                resource=FIREWALL_RULE.resource,
+                account_id=g.principal,
+                object_id=rule_id,
+                cluster_id=cluster_id,
+            )
+
+    @blp.arguments(FirewallRulePatch(partial=True))
+    @blp.response(200, FirewallRuleOut)
+    @blp.alt_response(404, description="No such rule in your account")
+    @blp.alt_response(410, description="Deleted")
+    def patch(self, changes, cluster_id, rule_id):
+        """Change a rule's description; bumps the generation and pushes it down."""
+        with transaction() as db_session:
+            row = services.update_object(
+                db_session=db_session,
+                resource=FIREWALL_RULE.resource,
+                account_id=g.principal,
+                object_id=rule_id,
+                changes=changes,
+                cluster_id=cluster_id,
+            )
+            claimed = claim_for_push(FIREWALL_RULE, row, db_session)
+        return push_if_claimed(FIREWALL_RULE, row, claimed)
+
+    @blp.response(204, description="Deleted, and cluster_svc confirmed it")
+    @blp.alt_response(202, schema=FirewallRuleOut, description="Deleted; still being pushed down")
+    @blp.alt_response(404, description="No such rule in your account")
+    @blp.alt_response(410, description="Already deleted")
+    def delete(self, cluster_id, rule_id):
+        """Delete a firewall rule."""
+        with transaction() as db_session:
+            row = services.delete_object(
+                db_session=db_session,
+                resource=FIREWALL_RULE.resource,
+                account_id=g.principal,
+                object_id=rule_id,
+                cluster_id=cluster_id,
+            )
+            claimed = claim_for_push(FIREWALL_RULE, row, db_session)
+        return deleted_answer(push_if_claimed(FIREWALL_RULE, row, claimed), FirewallRuleOut())

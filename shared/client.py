@@ -1,0 +1,146 @@
+"""The one HTTP client for calls to cluster_svc.
+
+Every call to cluster_svc is idempotent by ID, so POST, PUT and DELETE are all
+retried: urllib3's ``Retry`` on a pooled, keep-alive ``requests`` session, with
+exponential backoff and jitter, honouring ``Retry-After``. Connect and read
+timeouts are always set. Each answer is classified for the caller:
+
+- ``DONE``: the object is where the caller wants it (201 or 200; for a delete
+  also 204, 404 and 410).
+- ``TRANSIENT``: try again later (connection errors, timeouts, 5xx, 429, and
+  401/403, which an operator fixes by correcting the token).
+- ``PERMANENT``: retrying cannot help (409 ``id_conflict``, 410 on a create or
+  update, 422, and any other 4xx).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class Outcome(enum.Enum):
+    DONE = "done"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+class Operation(enum.Enum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: Outcome
+    status: int | None  # None when no HTTP answer came back
+    body: Any  # the decoded JSON body, if any
+    reason: str  # one line for sync_error and logs
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is Outcome.DONE
+
+
+def classify(operation: Operation, status: int) -> Outcome:
+    if status in (200, 201) or (operation is Operation.DELETE and status in (204, 404, 410)):
+        return Outcome.DONE
+    if status >= 500 or status in (401, 403, 408, 429):
+        return Outcome.TRANSIENT
+    if operation is Operation.CREATE and status == 404:
+        return Outcome.TRANSIENT  # the parent is not there yet
+    return Outcome.PERMANENT
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """How hard one call tries before giving its answer."""
+
+    connect_timeout: float = 2.0
+    read_timeout: float = 10.0
+    retries: int = 3
+    backoff_factor: float = 0.2
+    backoff_max: float = 5.0
+    backoff_jitter: float = 0.2
+    pool_size: int = 10
+
+
+class InternalClient:
+    """Calls cluster_svc with the internal token; thread-safe, pooled, keep-alive."""
+
+    def __init__(self, base_url: str, token: str, policy: ClientPolicy = ClientPolicy()) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.policy = policy
+        retry = Retry(
+            total=policy.retries,
+            connect=policy.retries,
+            read=policy.retries,
+            status=policy.retries,
+            other=0,
+            # All of them: cluster_svc makes every call safe to repeat.
+            allowed_methods=frozenset({"GET", "POST", "PUT", "DELETE"}),
+            status_forcelist=RETRY_STATUSES,
+            backoff_factor=policy.backoff_factor,
+            backoff_max=policy.backoff_max,
+            backoff_jitter=policy.backoff_jitter,
+            respect_retry_after_header=True,
+            raise_on_status=False,  # the last answer is classified, not raised
+        )
+        adapter = HTTPAdapter(max_retries=retry, pool_connections=1, pool_maxsize=policy.pool_size)
+        self.session = requests.Session()
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
+
+    def create(self, path: str, body: dict[str, Any]) -> Answer:
+        return self.call(Operation.CREATE, "POST", path, body)
+
+    def update(self, path: str, body: dict[str, Any]) -> Answer:
+        return self.call(Operation.UPDATE, "PUT", path, body)
+
+    def delete(self, path: str) -> Answer:
+        return self.call(Operation.DELETE, "DELETE", path, None)
+
+    def call(self, operation: Operation, method: str, path: str, body: dict[str, Any] | None) -> Answer:
+        try:
+            response = self.session.request(
+                method,
+                self.base_url + path,
+                json=body,
+                timeout=(self.policy.connect_timeout, self.policy.read_timeout),
+            )
+        except requests.RequestException as exc:
+            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}")
+        payload = _json_or_none(response)
+        outcome = classify(operation, response.status_code)
+        reason = f"{method} {path}: {response.status_code}"
+        if isinstance(payload, dict) and payload.get("code"):
+            reason += f" {payload['code']}: {payload.get('detail', '')}".rstrip()
+        return Answer(outcome, response.status_code, payload, reason)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _json_or_none(response: requests.Response) -> Any:
+    try:
+        return response.json() if response.content else None
+    except ValueError:
+        return None
+
+
+def _describe(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.ConnectionError):
+        return "connection failed"
+    if isinstance(exc, requests.exceptions.RetryError):
+        return "gave up after retries"
+    return type(exc).__name__
