@@ -12,7 +12,7 @@ from shared.db import Database
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not.
-INLINE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=2.0, retries=2, backoff_factor=0.1, backoff_max=0.5)
+INLINE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5)
 
 
 @dataclass(frozen=True)
