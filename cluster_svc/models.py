@@ -14,19 +14,12 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Uuid, func, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from shared.db import NAMING_CONVENTION
 from shared.idempotent import Resource
 from shared.types import IPNetworkType
 
 class Base(DeclarativeBase):
-    metadata = MetaData(
-        naming_convention={
-            "pk": "pk_%(table_name)s",
-            "fk": "fk_%(table_name)s_%(column_0_name)s",
-            "ck": "ck_%(table_name)s_%(constraint_name)s",
-            "ix": "ix_%(table_name)s_%(column_0_name)s",
-            "uq": "uq_%(table_name)s_%(column_0_name)s",
-        }
-    )
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 class Lifecycle:

@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 from sqlalchemy import func, select, update
 
+from platform_svc import Settings, create_app
 from shared import config
-from shared.cli import fail_fast, migrate as run_migrations, run_gunicorn, serve_options
+from shared.cli import add_service_commands, fail_fast
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -22,30 +23,15 @@ def main() -> None:
     pass
 
 
-@main.command(help="Serve the public API with gunicorn.")
-@serve_options(default_port=8000)
-@fail_fast
-def serve(host: str, port: int, workers: int, threads: int) -> None:
-    from dataclasses import replace
-
-    from platform_svc import Settings, create_app
-
-    settings = Settings.from_env()  # fail here, once, before forking workers
-    run_gunicorn(
-        lambda: create_app(replace(settings, pool_size=threads)),
-        name="platform-svc",
-        host=host,
-        port=port,
-        workers=workers,
-        threads=threads,
-    )
-
-
-@main.command(help="Apply the database migrations (PLATFORM_DATABASE_URL).")
-@fail_fast
-def migrate() -> None:
-    run_migrations(MIGRATIONS, config.database_url("PLATFORM_DATABASE_URL"))
-    click.echo("platform_svc database is up to date.")
+add_service_commands(
+    main,
+    name="platform-svc",
+    default_port=8000,
+    database_setting="PLATFORM_DATABASE_URL",
+    migrations=MIGRATIONS,
+    load_settings=Settings.from_env,
+    create_app=create_app,
+)
 
 
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
@@ -54,7 +40,6 @@ def migrate() -> None:
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10000))
 @fail_fast
 def reconcile(once: bool, concurrency: int, batch: int) -> None:
-    from platform_svc import Settings
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
     from platform_svc.sync import Pusher
     from shared.client import ClientPolicy

@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
+from shared.db import NAMING_CONVENTION
 from shared.idempotent import Resource
 from shared.types import IPNetworkType
 
@@ -39,14 +40,7 @@ END"""
 
 
 class Base(DeclarativeBase):
-    metadata = MetaData(
-        naming_convention={
-            "pk": "pk_%(table_name)s",
-            "fk": "fk_%(table_name)s_%(column_0_name)s",
-            "ix": "ix_%(table_name)s_%(column_0_name)s",
-            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        }
-    )
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 class Account(Base):

@@ -2,6 +2,7 @@
 and turning a configuration error into one line on stderr."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
-from shared.config import ConfigError
+from shared.config import ConfigError, database_url
 
 
 def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,19 +31,40 @@ def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def serve_options(default_port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
-            click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST", help="Address to bind."),
-            click.option("--port", default=default_port, show_default=True, type=click.IntRange(1, 65535)),
-            click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), envvar="WORKERS"),
-            click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256), envvar="THREADS"),
-        ]
-        for option in reversed(options):
-            func = option(func)
-        return func
+def add_service_commands(
+    group: click.Group,
+    *,
+    name: str,
+    default_port: int,
+    database_setting: str,
+    migrations: Path,
+    load_settings: Callable[[], Any],
+    create_app: Callable[[Any], Any],
+) -> None:
+    """Give a service's command group its ``serve`` and ``migrate`` commands.
 
-    return decorate
+    ``load_settings`` reads the environment (raising ConfigError); the settings
+    must be a dataclass with a ``pool_size`` field, set to the thread count so
+    every gunicorn thread can hold a database connection.
+    """
+
+    @group.command("serve", help="Serve the API with gunicorn (threaded workers, keep-alive).")
+    @click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST", help="Address to bind.")
+    @click.option("--port", default=default_port, show_default=True, type=click.IntRange(1, 65535))
+    @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), envvar="WORKERS")
+    @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256), envvar="THREADS")
+    @fail_fast
+    def serve_command(host: str, port: int, workers: int, threads: int) -> None:
+        settings = dataclasses.replace(load_settings(), pool_size=threads)  # fails here, before forking
+        run_gunicorn(
+            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, threads=threads
+        )
+
+    @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
+    @fail_fast
+    def migrate_command() -> None:
+        migrate(migrations, database_url(database_setting))
+        click.echo(f"{name.replace('-', '_')} database is up to date.")
 
 
 class _Gunicorn(BaseApplication):
@@ -85,6 +107,19 @@ def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int
 def migrate(migrations: Path, url: str) -> None:
     """Bring a service's database to its newest Alembic revision."""
     command.upgrade(alembic_config(migrations, url), "head")
+
+
+def run_migrations_online(metadata: Any) -> None:
+    """The body of each service's Alembic ``env.py``."""
+    from alembic import context
+    from sqlalchemy import create_engine
+
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
 
 
 def alembic_config(migrations: Path, url: str) -> Config:
