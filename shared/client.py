@@ -20,6 +20,7 @@ from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -69,6 +70,7 @@ class ClientPolicy:
     backoff_factor: float = 0.2
     backoff_max: float = 5.0
     backoff_jitter: float = 0.2
+    retry_after_max: int = 30  # a longer Retry-After is cut to this; the row's own backoff does the rest
     pool_size: int = 10
 
 
@@ -91,6 +93,7 @@ class InternalClient:
             backoff_max=policy.backoff_max,
             backoff_jitter=policy.backoff_jitter,
             respect_retry_after_header=True,
+            retry_after_max=policy.retry_after_max,
             raise_on_status=False,  # the last answer is classified, not raised
         )
         adapter = HTTPAdapter(max_retries=retry, pool_connections=1, pool_maxsize=policy.pool_size)
@@ -115,6 +118,9 @@ class InternalClient:
                 self.base_url + path,
                 json=body,
                 timeout=(self.policy.connect_timeout, self.policy.read_timeout),
+                # A redirect is not cluster_svc's answer: following a 302 with a
+                # GET would report a create that never happened as done.
+                allow_redirects=False,
             )
         except requests.RequestException as exc:
             return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}")
@@ -122,7 +128,9 @@ class InternalClient:
         outcome = classify(operation, response.status_code)
         reason = f"{method} {path}: {response.status_code}"
         if isinstance(payload, dict) and payload.get("code"):
-            reason += f" {payload['code']}: {payload.get('detail', '')}".rstrip()
+            reason += f" {payload['code']}"
+            if payload.get("detail"):
+                reason += f": {payload['detail']}"
         return Answer(outcome, response.status_code, payload, reason)
 
     def close(self) -> None:
@@ -137,7 +145,10 @@ def _json_or_none(response: requests.Response) -> Any:
 
 
 def _describe(exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.Timeout):
+    # With Retry mounted, a read timeout that used up its retries arrives as a
+    # ConnectionError wrapping urllib3's MaxRetryError(reason=ReadTimeoutError).
+    cause = getattr(exc.args[0], "reason", None) if exc.args else None
+    if isinstance(exc, requests.Timeout) or isinstance(cause, ReadTimeoutError):
         return "timed out"
     if isinstance(exc, requests.ConnectionError):
         return "connection failed"

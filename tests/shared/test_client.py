@@ -1,0 +1,745 @@
+"""The internal HTTP client against a real HTTP server on 127.0.0.1.
+
+Nothing in requests or urllib3 is mocked: each test starts a threaded HTTP/1.1
+server whose answer to every request is scripted by the test, and which records
+every request it receives (method, path, headers, body, arrival time, client
+port, TCP connection). Times are only ever compared with generous bounds.
+"""
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from email.message import Message
+from typing import Any, Callable
+
+import pytest
+
+from shared.client import (
+    RETRY_STATUSES,
+    Answer,
+    ClientPolicy,
+    InternalClient,
+    Operation,
+    Outcome,
+    classify,
+)
+
+TOKEN = "t0ken-for-tests"
+
+# Small and quick: tiny, deterministic backoff; read timeout short enough for
+# the timeout tests to stay fast but long enough for a loaded CI box.
+FAST = ClientPolicy(
+    connect_timeout=1.0,
+    read_timeout=2.0,
+    retries=3,
+    backoff_factor=0.01,
+    backoff_max=0.05,
+    backoff_jitter=0.0,
+)
+ONE_RETRY = ClientPolicy(
+    connect_timeout=1.0, read_timeout=2.0, retries=1, backoff_factor=0.01, backoff_max=0.05, backoff_jitter=0.0
+)
+SLOW_READS = ClientPolicy(
+    connect_timeout=1.0, read_timeout=0.3, retries=1, backoff_factor=0.01, backoff_max=0.05, backoff_jitter=0.0
+)
+
+
+# --------------------------------------------------------------------------
+# The scripted server
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the server does with one request."""
+
+    kind: str  # "reply", "drop" or "hang"
+    status: int = 200
+    body: Any = None  # dict/list -> JSON, bytes -> as is, None -> no body
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before replying (or, for "hang", at most)
+
+
+def reply(status: int, body: Any = None, headers: dict[str, str] | None = None, delay: float = 0.0) -> Action:
+    return Action("reply", status, body, dict(headers or {}), delay)
+
+
+def drop() -> Action:
+    """Read the request, then close the connection without a word."""
+    return Action("drop")
+
+
+def hang(seconds: float = 30.0) -> Action:
+    """Read the request and never answer (until the server stops)."""
+    return Action("hang", delay=seconds)
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: Message
+    body: bytes
+    at: float  # time.monotonic() when the request was fully read
+    port: int  # the client's source port: one per TCP connection
+    connection: int  # the server's number for the TCP connection (1, 2, ...)
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+Script = Callable[[Received], Action]
+
+
+class ScriptedServer:
+    """A real HTTP/1.1 server on 127.0.0.1 whose answers the test scripts.
+
+    ``script(a, b, c)`` answers the first request with ``a``, the second with
+    ``b`` and every later one with ``c`` (the last action sticks). An action may
+    also be a callable taking the ``Received`` request and returning an Action.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self.connections = 0
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._actions: list[Action | Script] = [reply(200, {})]
+        self._sockets: list[socket.socket] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive
+            timeout = 10  # an idle kept-alive connection does not live forever
+
+            def setup(self) -> None:
+                super().setup()
+                with outer._lock:
+                    outer.connections += 1
+                    self.connection_number = outer.connections
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                received = Received(
+                    method=self.command,
+                    path=self.path,
+                    headers=self.headers,
+                    body=body,
+                    at=time.monotonic(),
+                    port=self.client_address[1],
+                    connection=self.connection_number,
+                )
+                with outer._lock:
+                    outer.requests.append(received)
+                    action = outer._actions[0] if len(outer._actions) == 1 else outer._actions.pop(0)
+                if callable(action):
+                    action = action(received)
+                if action.kind == "drop":
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if action.kind == "hang":
+                    outer.stopping.wait(action.delay)
+                    self.close_connection = True
+                    return
+                if action.delay and outer.stopping.wait(action.delay):
+                    self.close_connection = True
+                    return
+                if isinstance(action.body, bytes):
+                    payload = action.body
+                elif action.body is None:
+                    payload = b""
+                else:
+                    payload = json.dumps(action.body).encode()
+                try:
+                    self.send_response(action.status)
+                    if payload and "Content-Type" not in action.headers:
+                        self.send_header("Content-Type", "application/json")
+                    for name, value in action.headers.items():
+                        self.send_header(name, value)
+                    if action.status not in (204, 304):
+                        self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if action.status not in (204, 304):
+                        self.wfile.write(payload)
+                    self.wfile.flush()
+                except OSError:  # the client gave up on us (e.g. after its read timeout)
+                    self.close_connection = True
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = False  # server_close() joins every handler thread
+            block_on_close = True
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                with outer._lock:
+                    outer._sockets.append(request)
+                super().process_request(request, client_address)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # resets and broken pipes are part of the script
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01})
+
+    def script(self, *actions: Action | Script) -> None:
+        assert actions
+        with self._lock:
+            self._actions = list(actions)
+
+    def start(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._server.shutdown()
+        self._thread.join()
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:  # wake handlers blocked reading an idle keep-alive connection
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._server.server_close()
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive requests, as the server saw them."""
+        times = [r.at for r in self.requests]
+        return [b - a for a, b in zip(times, times[1:])]
+
+
+@pytest.fixture
+def server():
+    scripted = ScriptedServer().start()
+    try:
+        yield scripted
+    finally:
+        scripted.stop()
+
+
+@pytest.fixture
+def make_client(server):
+    """Build clients on the scripted server; all are closed before the server stops."""
+    clients: list[InternalClient] = []
+
+    def make(policy: ClientPolicy = FAST, base_url: str | None = None, token: str = TOKEN) -> InternalClient:
+        client = InternalClient(base_url or server.url, token, policy)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client(FAST)
+
+
+@pytest.fixture
+def closed_port():
+    """A port on 127.0.0.1 where nothing listens: bound, never listening, so connects are refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+@pytest.fixture
+def silent_port():
+    """A port where the kernel accepts connections but nobody ever reads or answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def call(client: InternalClient, operation: Operation, path: str = "/clusters/c-1", body: dict | None = None) -> Answer:
+    if operation is Operation.CREATE:
+        return client.create(path, body if body is not None else {"id": "c-1", "name": "alpha"})
+    if operation is Operation.UPDATE:
+        return client.update(path, body if body is not None else {"name": "beta"})
+    return client.delete(path)
+
+
+METHOD = {Operation.CREATE: "POST", Operation.UPDATE: "PUT", Operation.DELETE: "DELETE"}
+
+
+# --------------------------------------------------------------------------
+# Classification
+# --------------------------------------------------------------------------
+
+D, T, P = Outcome.DONE, Outcome.TRANSIENT, Outcome.PERMANENT
+
+# status: (create, update, delete)
+TABLE: dict[int, tuple[Outcome, Outcome, Outcome]] = {
+    200: (D, D, D),
+    201: (D, D, D),
+    204: (P, P, D),
+    400: (P, P, P),
+    401: (T, T, T),
+    403: (T, T, T),
+    404: (T, P, D),
+    405: (P, P, P),
+    408: (T, T, T),
+    409: (P, P, P),
+    410: (P, P, D),
+    412: (P, P, P),
+    413: (P, P, P),
+    422: (P, P, P),
+    429: (T, T, T),
+    500: (T, T, T),
+    501: (T, T, T),
+    502: (T, T, T),
+    503: (T, T, T),
+    504: (T, T, T),
+    507: (T, T, T),
+}
+OPERATIONS = (Operation.CREATE, Operation.UPDATE, Operation.DELETE)
+CASES = [
+    pytest.param(status, operation, outcomes[i], id=f"{status}-{operation.value}")
+    for status, outcomes in TABLE.items()
+    for i, operation in enumerate(OPERATIONS)
+]
+
+
+@pytest.mark.parametrize(("status", "operation", "expected"), CASES)
+def test_classify_table(status, operation, expected):
+    assert classify(operation, status) is expected
+
+
+@pytest.mark.parametrize(("status", "operation", "expected"), CASES)
+def test_each_answer_over_http_is_classified_by_status_and_operation(make_client, server, status, operation, expected):
+    client = make_client(ONE_RETRY)
+    body = None if status == 204 else {"id": "c-1", "generation": 3}
+    server.script(reply(status, body))
+
+    answer = call(client, operation)
+
+    assert answer.outcome is expected
+    assert answer.done is (expected is Outcome.DONE)
+    assert answer.status == status
+    assert answer.body == body
+    assert answer.reason.startswith(f"{METHOD[operation]} /clusters/c-1: {status}")
+    # Only the statuses urllib3 is told to retry are sent again (once, with retries=1).
+    assert len(server.requests) == (2 if status in RETRY_STATUSES else 1)
+    assert {r.method for r in server.requests} == {METHOD[operation]}
+
+
+@pytest.mark.parametrize(
+    ("status", "operation", "code"),
+    [
+        (409, Operation.CREATE, "id_conflict"),
+        (422, Operation.UPDATE, "validation_failed"),
+        (410, Operation.UPDATE, "gone"),
+        (403, Operation.DELETE, "forbidden"),
+        (404, Operation.CREATE, "parent_not_found"),
+    ],
+)
+def test_the_problem_code_and_detail_end_up_in_the_reason(client, server, status, operation, code):
+    detail = "cluster c-1 already exists with another body"
+    server.script(reply(status, {"code": code, "detail": detail}))
+
+    answer = call(client, operation)
+
+    assert answer.reason == f"{METHOD[operation]} /clusters/c-1: {status} {code}: {detail}"
+    assert "\n" not in answer.reason
+
+
+def test_a_code_without_detail_still_names_the_code(client, server):
+    server.script(reply(409, {"code": "id_conflict"}))
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert answer.outcome is Outcome.PERMANENT
+    assert answer.reason.startswith("POST /clusters: 409 id_conflict")
+
+
+def test_a_non_json_error_body_gives_no_body_and_a_bare_reason(make_client, server):
+    client = make_client(ONE_RETRY)
+    server.script(reply(502, b"<html>Bad Gateway</html>", headers={"Content-Type": "text/html"}))
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status == 502
+    assert answer.body is None
+    assert answer.reason == "POST /clusters: 502"
+
+
+def test_done_carries_the_decoded_json_body(client, server):
+    server.script(reply(201, {"id": "c-1", "generation": 1, "name": "alpha"}))
+
+    answer = client.create("/clusters", {"id": "c-1", "name": "alpha"})
+
+    assert answer == Answer(Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201")
+
+
+# --------------------------------------------------------------------------
+# What goes on the wire
+# --------------------------------------------------------------------------
+
+
+def test_each_operation_sends_its_method_path_and_json_body(client, server):
+    server.script(reply(201, {}), reply(200, {}), reply(204))
+
+    client.create("/clusters", {"id": "c-1", "name": "alpha"})
+    client.update("/clusters/c-1", {"name": "beta"})
+    client.delete("/clusters/c-1")
+
+    create, update, delete = server.requests
+    assert (create.method, create.path, create.json) == ("POST", "/clusters", {"id": "c-1", "name": "alpha"})
+    assert (update.method, update.path, update.json) == ("PUT", "/clusters/c-1", {"name": "beta"})
+    assert (delete.method, delete.path, delete.body) == ("DELETE", "/clusters/c-1", b"")
+    for received in (create, update):
+        assert received.headers["Content-Type"] == "application/json"
+
+
+def test_every_call_and_every_retry_carries_the_bearer_token(client, server):
+    server.script(reply(503), reply(201, {}), reply(500), reply(200, {}), reply(502), reply(204))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+    assert client.update("/clusters/c-1", {"name": "x"}).done
+    assert client.delete("/clusters/c-1").done
+
+    assert len(server.requests) == 6
+    for received in server.requests:
+        assert received.headers.get_all("Authorization") == [f"Bearer {TOKEN}"]
+        assert received.headers["Accept"] == "application/json"
+
+
+def test_a_trailing_slash_on_the_base_url_is_ignored(make_client, server):
+    client = make_client(FAST, base_url=server.url + "/")
+    server.script(reply(201, {}))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+    assert server.requests[0].path == "/clusters"
+
+
+# --------------------------------------------------------------------------
+# Retries on status: Retry-After, backoff, giving up
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_retry_after_is_honoured_then_the_retry_succeeds(client, server, status):
+    body = {"id": "c-1", "name": "alpha"}
+    server.script(
+        reply(status, {"code": "busy"}, headers={"Retry-After": "1"}),
+        reply(201, {"id": "c-1", "generation": 1}),
+    )
+
+    started = time.monotonic()
+    answer = client.create("/clusters", body)
+    elapsed = time.monotonic() - started
+
+    assert answer.outcome is Outcome.DONE
+    assert answer.status == 201
+    assert answer.body == {"id": "c-1", "generation": 1}  # the second response's body
+    assert len(server.requests) == 2
+    first, second = server.requests
+    assert first.method == second.method == "POST"
+    assert first.path == second.path == "/clusters"
+    assert first.json == second.json == body
+    assert first.body == second.body
+    for received in server.requests:
+        assert received.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert server.gaps()[0] >= 0.9
+    assert 0.9 <= elapsed < 5.0
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_a_status_that_never_clears_gives_transient_after_all_retries(client, server, status):
+    server.script(reply(status, {"code": "overloaded", "detail": "try later"}))
+
+    answer = client.update("/clusters/c-1", {"name": "beta"})  # no exception
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status == status
+    assert answer.body == {"code": "overloaded", "detail": "try later"}
+    assert answer.reason == f"PUT /clusters/c-1: {status} overloaded: try later"
+    assert len(server.requests) == FAST.retries + 1
+    assert len({r.body for r in server.requests}) == 1
+
+
+def test_retry_after_is_not_slept_through_after_the_last_attempt(make_client, server):
+    client = make_client(ONE_RETRY)
+    server.script(reply(503, headers={"Retry-After": "1"}))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status == 503
+    assert len(server.requests) == 2
+    assert 0.9 <= elapsed < 1.8  # one wait between the two attempts, none after the last
+
+
+@pytest.mark.parametrize("status", sorted(RETRY_STATUSES))
+def test_every_retry_status_is_retried_for_every_method(make_client, server, status):
+    client = make_client(ONE_RETRY)
+    server.script(reply(status), reply(201, {}), reply(status), reply(200, {}), reply(status), reply(204))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+    assert client.update("/clusters/c-1", {"name": "x"}).done
+    assert client.delete("/clusters/c-1").done
+
+    assert [r.method for r in server.requests] == ["POST", "POST", "PUT", "PUT", "DELETE", "DELETE"]
+
+
+@pytest.mark.parametrize(("status", "code"), [(409, "id_conflict"), (422, "validation_failed"), (410, "gone")])
+def test_permanent_answers_are_not_retried(client, server, status, code):
+    server.script(reply(status, {"code": code}), reply(201, {}))
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert answer.outcome is Outcome.PERMANENT
+    assert answer.status == status
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 408])
+def test_transient_answers_outside_the_retry_list_are_returned_at_once(client, server, status):
+    server.script(reply(status), reply(201, {}))
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status == status
+    assert len(server.requests) == 1  # left to the caller's own, slower retry loop
+
+
+def test_backoff_is_exponential_without_retry_after(make_client, server):
+    client = make_client(ClientPolicy(retries=3, backoff_factor=0.1, backoff_max=5.0, backoff_jitter=0.0))
+    server.script(reply(500), reply(500), reply(500), reply(201, {}))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+
+    first, second, third = server.gaps()
+    # urllib3: no wait before the first retry, then factor * 2 ** (n - 1).
+    assert first < 0.5
+    assert second >= 0.18
+    assert third >= 0.38
+    assert third < 2.0
+
+
+def test_backoff_is_capped_by_backoff_max(make_client, server):
+    client = make_client(ClientPolicy(retries=2, backoff_factor=2.0, backoff_max=0.2, backoff_jitter=0.0))
+    server.script(reply(502), reply(502), reply(201, {}))
+
+    started = time.monotonic()
+    assert client.create("/clusters", {"id": "c-1"}).done
+    elapsed = time.monotonic() - started
+
+    assert 0.18 <= server.gaps()[1] < 1.5  # uncapped it would have been 4 s
+    assert elapsed < 2.0
+
+
+def test_jitter_stays_within_its_bound(make_client, server):
+    client = make_client(ClientPolicy(retries=3, backoff_factor=0.05, backoff_max=5.0, backoff_jitter=0.3))
+    server.script(reply(504), reply(504), reply(504), reply(201, {}))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+
+    _, second, third = server.gaps()
+    assert 0.09 <= second < 0.1 + 0.3 + 0.5
+    assert 0.19 <= third < 0.2 + 0.3 + 0.5
+
+
+# --------------------------------------------------------------------------
+# Dropped connections, timeouts, refused connections
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_dropped_connection_is_retried(client, server, operation):
+    server.script(drop(), reply(201 if operation is Operation.CREATE else 200, {"id": "c-1"}))
+
+    answer = call(client, operation)
+
+    assert answer.outcome is Outcome.DONE
+    assert len(server.requests) == 2
+    first, second = server.requests
+    assert first.method == second.method == METHOD[operation]
+    assert first.body == second.body
+    assert first.connection != second.connection  # a fresh connection for the retry
+
+
+def test_a_connection_always_dropped_gives_transient_without_status(client, server):
+    server.script(drop())
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status is None
+    assert answer.body is None
+    assert answer.reason == "POST /clusters: connection failed"
+    assert len(server.requests) == FAST.retries + 1
+
+
+def test_a_server_slower_than_the_read_timeout_gives_transient_timed_out(make_client, server):
+    """BUG: once urllib3's Retry has given up on read timeouts, requests raises
+    ConnectionError (wrapping MaxRetryError(ReadTimeoutError)), not Timeout, so
+    ``_describe`` reports "connection failed" instead of "timed out"."""
+    client = make_client(SLOW_READS)
+    server.script(reply(201, {}, delay=5.0))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    attempts = SLOW_READS.retries + 1
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status is None
+    assert len(server.requests) == attempts
+    # Each attempt waits one read timeout; the server would have taken 5 s each.
+    assert attempts * SLOW_READS.read_timeout * 0.9 <= elapsed < attempts * SLOW_READS.read_timeout + 1.5
+    assert answer.reason == "POST /clusters: timed out"
+
+
+def test_a_server_slow_only_on_the_first_request_gives_done(make_client, server):
+    client = make_client(SLOW_READS)
+    server.script(reply(201, {"late": True}, delay=5.0), reply(201, {"id": "c-1"}))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert answer.outcome is Outcome.DONE
+    assert answer.body == {"id": "c-1"}
+    assert len(server.requests) == 2
+    assert server.requests[0].body == server.requests[1].body
+    assert SLOW_READS.read_timeout * 0.9 <= elapsed < 2.0
+
+
+def test_a_server_that_never_answers_cannot_hold_the_caller(make_client, silent_port):
+    policy = ClientPolicy(connect_timeout=0.5, read_timeout=0.3, retries=2, backoff_factor=0.05, backoff_jitter=0.0)
+    client = make_client(policy, base_url=f"http://127.0.0.1:{silent_port}")
+
+    started = time.monotonic()
+    answer = client.delete("/clusters/c-1")
+    elapsed = time.monotonic() - started
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status is None
+    assert answer.reason.startswith("DELETE /clusters/c-1: ")
+    # 3 attempts of one read timeout each, plus a 0.1 s backoff before the third.
+    assert 0.8 <= elapsed < 3 * 0.3 + 0.1 + 1.5
+
+
+def test_the_default_policy_always_sets_both_timeouts():
+    policy = ClientPolicy()
+    assert 0 < policy.connect_timeout <= 10
+    assert 0 < policy.read_timeout <= 60
+    assert policy.retries >= 1
+
+
+def test_a_refused_connection_gives_transient_without_status(make_client, closed_port):
+    client = make_client(FAST, base_url=f"http://127.0.0.1:{closed_port}")
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert answer.outcome is Outcome.TRANSIENT
+    assert answer.status is None
+    assert answer.body is None
+    assert answer.reason == "POST /clusters: connection failed"
+    assert elapsed < 3.0
+
+
+# --------------------------------------------------------------------------
+# Connection reuse and concurrency
+# --------------------------------------------------------------------------
+
+
+def test_sequential_calls_reuse_one_kept_alive_connection(client, server):
+    server.script(reply(201, {}), reply(200, {}), reply(404), reply(409, {"code": "id_conflict"}), reply(204))
+
+    client.create("/clusters", {"id": "c-1"})
+    client.update("/clusters/c-1", {"name": "beta"})
+    client.update("/clusters/c-2", {"name": "beta"})
+    client.create("/clusters", {"id": "c-1"})
+    client.delete("/clusters/c-1")
+
+    assert len(server.requests) == 5
+    assert server.connections == 1
+    assert len({r.port for r in server.requests}) == 1
+
+
+def test_a_retried_status_keeps_the_connection(client, server):
+    server.script(reply(503, {"code": "busy"}), reply(201, {}), reply(200, {}))
+
+    assert client.create("/clusters", {"id": "c-1"}).done
+    assert client.update("/clusters/c-1", {"name": "beta"}).done
+
+    assert len(server.requests) == 3
+    assert server.connections == 1
+
+
+def test_concurrent_calls_run_in_parallel_on_pooled_connections(make_client, server):
+    callers = 5
+    client = make_client(ClientPolicy(read_timeout=5.0, retries=0, pool_size=callers))
+    together = threading.Barrier(callers, timeout=4.0)
+
+    def all_at_once(received: Received) -> Action:
+        try:
+            together.wait()  # only passes if all callers are in flight at the same time
+        except threading.BrokenBarrierError:
+            return reply(500, {"code": "not_concurrent"})
+        return reply(201, {"id": received.json["id"]})
+
+    server.script(all_at_once)
+    answers: dict[int, Answer] = {}
+
+    def caller(n: int) -> None:
+        answers[n] = client.create("/clusters", {"id": f"c-{n}"})
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+
+    assert sorted(answers) == list(range(callers))
+    for n, answer in answers.items():
+        assert answer.outcome is Outcome.DONE, answer.reason
+        assert answer.body == {"id": f"c-{n}"}
+    assert server.connections == callers
+
+
+# --------------------------------------------------------------------------
+# Redirects
+# --------------------------------------------------------------------------
+
+
+def test_a_redirected_create_is_not_reported_done(client, server):
+    """BUG: the session follows redirects, and a 302/303 turns the POST into a
+    GET; the GET's 200 is then classified DONE though nothing was created."""
+    server.script(reply(303, headers={"Location": "/login"}), reply(200, {"page": "login"}))
+
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert [r.method for r in server.requests] == ["POST"]
+    assert answer.outcome is not Outcome.DONE

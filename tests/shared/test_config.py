@@ -1,0 +1,90 @@
+"""Settings fail fast with one line naming what is missing or malformed."""
+from __future__ import annotations
+
+import pytest
+
+from shared.config import ConfigError, database_url, integer, require
+
+
+def test_require_returns_the_value():
+    assert require("TOKEN", {"TOKEN": "s3cret"}) == "s3cret"
+
+
+def test_require_strips_surrounding_whitespace():
+    assert require("TOKEN", {"TOKEN": "  s3cret\n"}) == "s3cret"
+
+
+@pytest.mark.parametrize("environ", [{}, {"TOKEN": ""}, {"TOKEN": "   "}], ids=["unset", "empty", "blank"])
+def test_require_refuses_a_missing_value_naming_it(environ):
+    with pytest.raises(ConfigError) as raised:
+        require("TOKEN", environ)
+
+    message = str(raised.value)
+    assert "TOKEN" in message
+    assert "\n" not in message
+
+
+def test_require_explains_why_when_told():
+    with pytest.raises(ConfigError, match=r"TOKEN is not set \(the bearer token\)"):
+        require("TOKEN", {}, why="the bearer token")
+
+
+def test_require_reads_the_process_environment_by_default(monkeypatch):
+    monkeypatch.setenv("CONFIG_TEST_SETTING", "from-env")
+
+    assert require("CONFIG_TEST_SETTING") == "from-env"
+
+
+def test_require_fails_when_the_process_environment_lacks_it(monkeypatch):
+    monkeypatch.delenv("CONFIG_TEST_SETTING", raising=False)
+
+    with pytest.raises(ConfigError, match="CONFIG_TEST_SETTING"):
+        require("CONFIG_TEST_SETTING")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("postgresql://u:p@db:5432/app", "postgresql+psycopg2://u:p@db:5432/app"),
+        ("postgres://u@db/app", "postgresql+psycopg2://u@db/app"),
+        ("postgresql+psycopg2://u@db/app?sslmode=require", "postgresql+psycopg2://u@db/app?sslmode=require"),
+        ("postgresql://postgres@/postgres?host=/tmp/pg", "postgresql+psycopg2://postgres@/postgres?host=/tmp/pg"),
+    ],
+)
+def test_database_url_pins_postgresql_to_psycopg2(given, expected):
+    assert database_url("DB_URL", {"DB_URL": given}) == expected
+
+
+@pytest.mark.parametrize(
+    "given", ["mysql://u@db/app", "postgresql+psycopg://u@db/app", "sqlite:///x.db", "db.example.com/app", "postgresql:/x"]
+)
+def test_database_url_refuses_other_urls_naming_the_setting(given):
+    with pytest.raises(ConfigError) as raised:
+        database_url("DB_URL", {"DB_URL": given})
+
+    assert "DB_URL" in str(raised.value)
+    assert "postgresql+psycopg2://" in str(raised.value)
+
+
+def test_database_url_is_required():
+    with pytest.raises(ConfigError, match="DB_URL is not set"):
+        database_url("DB_URL", {})
+
+
+@pytest.mark.parametrize(("raw", "value"), [("8", 8), (" 16 ", 16), ("-1", -1), ("0", 0)])
+def test_integer_parses_the_setting(raw, value):
+    assert integer("POOL", 5, {"POOL": raw}) == value
+
+
+@pytest.mark.parametrize("environ", [{}, {"POOL": ""}, {"POOL": "  "}], ids=["unset", "empty", "blank"])
+def test_integer_falls_back_to_the_default(environ):
+    assert integer("POOL", 5, environ) == 5
+
+
+@pytest.mark.parametrize("raw", ["eight", "8.5", "0x10", "1e3"])
+def test_integer_refuses_a_non_integer_naming_it(raw):
+    with pytest.raises(ConfigError) as raised:
+        integer("POOL", 5, {"POOL": raw})
+
+    assert "POOL" in str(raised.value)
+    assert repr(raw) in str(raised.value)
