@@ -58,8 +58,8 @@ class Clusters(MethodView):
     @blp.arguments(ClusterCreate)
     @blp.response(201, ClusterOut, description="Created")
     @blp.alt_response(200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)")
-    @blp.alt_response(409, description="The ID exists with different immutable fields (id_conflict)")
-    @blp.alt_response(410, description="The ID was deleted (gone)")
+    @blp.problem(409, "The ID exists with different immutable fields (id_conflict)")
+    @blp.problem(410, "The ID was deleted (gone)")
     def post(self, cluster_in):
         """Create a cluster with the caller's ID, or return the one that has it."""
         with transaction() as db_session:
@@ -70,8 +70,8 @@ class Clusters(MethodView):
 @blp.route("/clusters/<object_id:cluster_id>")
 class Cluster(MethodView):
     @blp.response(200, ClusterOut)
-    @blp.alt_response(404, description="Never existed")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "Never existed")
+    @blp.problem(410, "Deleted")
     def get(self, cluster_id):
         """Get a cluster."""
         with transaction() as db_session:
@@ -79,8 +79,8 @@ class Cluster(MethodView):
 
     @blp.arguments(ClusterUpdate)
     @blp.response(200, ClusterOut, description="The current state, whether applied or stale")
-    @blp.alt_response(404, description="Never existed")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "Never existed")
+    @blp.problem(410, "Deleted")
     def put(self, cluster_in, cluster_id):
         """Update a cluster's mutable fields if the generation is newer than the stored one."""
         with transaction() as db_session:
@@ -88,8 +88,8 @@ class Cluster(MethodView):
         return row
 
     @blp.response(204, description="Deleted")
-    @blp.alt_response(404, description="Never existed; a tombstone is recorded")
-    @blp.alt_response(410, description="Already deleted")
+    @blp.problem(404, "Never existed; a tombstone is recorded")
+    @blp.problem(410, "Already deleted")
     def delete(self, cluster_id):
         """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
         with transaction() as db_session:
@@ -101,8 +101,8 @@ class Cluster(MethodView):
 class FirewallRules(MethodView):
     @blp.arguments(PageArgs, location="query")
     @blp.response(200, FirewallRulePage)
-    @blp.alt_response(404, description="No such cluster")
-    @blp.alt_response(410, description="The cluster was deleted")
+    @blp.problem(404, "No such cluster")
+    @blp.problem(410, "The cluster was deleted")
     def get(self, args, cluster_id):
         """List a cluster's live firewall rules in id order."""
         with transaction() as db_session:
@@ -112,9 +112,9 @@ class FirewallRules(MethodView):
     @blp.arguments(FirewallRuleCreate)
     @blp.response(201, FirewallRuleOut, description="Created")
     @blp.alt_response(200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)")
-    @blp.alt_response(404, description="No such cluster")
-    @blp.alt_response(409, description="The ID exists with a different cluster or CIDR (id_conflict)")
-    @blp.alt_response(410, description="The rule or its cluster was deleted (gone)")
+    @blp.problem(404, "No such cluster")
+    @blp.problem(409, "The ID exists with a different cluster or CIDR (id_conflict)")
+    @blp.problem(410, "The rule or its cluster was deleted (gone)")
     def post(self, rule_in, cluster_id):
         """Create a firewall rule with the caller's ID, or return the one that has it."""
         with transaction() as db_session:
@@ -126,8 +126,8 @@ class FirewallRules(MethodView):
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
 class FirewallRule(MethodView):
     @blp.response(200, FirewallRuleOut)
-    @blp.alt_response(404, description="Never existed")
-    @blp.alt_response(410, description="Deleted, or its cluster was")
+    @blp.problem(404, "Never existed")
+    @blp.problem(410, "Deleted, or its cluster was")
     def get(self, cluster_id, rule_id):
         """Get a firewall rule."""
         with transaction() as db_session:
@@ -135,8 +135,8 @@ class FirewallRule(MethodView):
 
     @blp.arguments(FirewallRuleUpdate)
     @blp.response(200, FirewallRuleOut, description="The current state, whether applied or stale")
-    @blp.alt_response(404, description="Never existed")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "Never existed")
+    @blp.problem(410, "Deleted")
     def put(self, rule_in, cluster_id, rule_id):
         """Update a rule's description if the generation is newer than the stored one."""
         with transaction() as db_session:
@@ -146,8 +146,8 @@ class FirewallRule(MethodView):
         return row
 
     @blp.response(204, description="Deleted")
-    @blp.alt_response(404, description="Never existed (a tombstone is recorded), or no such cluster")
-    @blp.alt_response(410, description="Already deleted")
+    @blp.problem(404, "Never existed (a tombstone is recorded), or no such cluster")
+    @blp.problem(410, "Already deleted")
     def delete(self, cluster_id, rule_id):
         """Delete a firewall rule (soft delete; the ID stays taken)."""
         with transaction() as db_session:

@@ -106,7 +106,7 @@ class Clusters(MethodView):
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
     @blp.response(201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)")
     @blp.alt_response(200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body")
-    @blp.alt_response(409, description="Idempotency-Key reused with a different body")
+    @blp.problem(409, "Idempotency-Key reused with a different body")
     def post(self, cluster_in):
         """Create a cluster; it gets a UUIDv7 and is pushed down to cluster_svc."""
         values = {**cluster_in, "account_id": g.principal}
@@ -116,8 +116,8 @@ class Clusters(MethodView):
 @blp.route("/clusters/<object_id:cluster_id>")
 class Cluster(MethodView):
     @blp.response(200, ClusterOut)
-    @blp.alt_response(404, description="No such cluster in your account")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "No such cluster in your account")
+    @blp.problem(410, "Deleted")
     def get(self, cluster_id):
         """Get a cluster with its sync state."""
         with transaction() as db_session:
@@ -127,8 +127,8 @@ class Cluster(MethodView):
 
     @blp.arguments(ClusterPatch(partial=True))
     @blp.response(200, ClusterOut)
-    @blp.alt_response(404, description="No such cluster in your account")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "No such cluster in your account")
+    @blp.problem(410, "Deleted")
     def patch(self, changes, cluster_id):
         """Change a cluster's name, plan or storage; bumps the generation and pushes it down."""
         with transaction() as db_session:
@@ -144,8 +144,8 @@ class Cluster(MethodView):
 
     @blp.response(204, description="Deleted, and cluster_svc confirmed it")
     @blp.alt_response(202, schema=ClusterOut, description="Deleted; still being pushed down")
-    @blp.alt_response(404, description="No such cluster in your account")
-    @blp.alt_response(410, description="Already deleted")
+    @blp.problem(404, "No such cluster in your account")
+    @blp.problem(410, "Already deleted")
     def delete(self, cluster_id):
         """Delete a cluster and its firewall rules."""
         with transaction() as db_session:
@@ -160,7 +160,7 @@ class Cluster(MethodView):
 class FirewallRules(MethodView):
     @blp.arguments(PageArgs, location="query")
     @blp.response(200, FirewallRulePage)
-    @blp.alt_response(404, description="No such cluster in your account")
+    @blp.problem(404, "No such cluster in your account")
     def get(self, args, cluster_id):
         """List a cluster's live firewall rules."""
         with transaction() as db_session:
@@ -176,9 +176,9 @@ class FirewallRules(MethodView):
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
     @blp.response(201, FirewallRuleOut, description="Created")
     @blp.alt_response(200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body")
-    @blp.alt_response(404, description="No such cluster in your account")
-    @blp.alt_response(409, description="Idempotency-Key reused with a different body")
-    @blp.alt_response(410, description="The cluster was deleted")
+    @blp.problem(404, "No such cluster in your account")
+    @blp.problem(409, "Idempotency-Key reused with a different body")
+    @blp.problem(410, "The cluster was deleted")
     def post(self, rule_in, cluster_id):
         """Add a firewall rule; pushed down once its cluster is."""
         # The cluster must be this account's (an account never changes, so this
@@ -196,8 +196,8 @@ class FirewallRules(MethodView):
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
 class FirewallRule(MethodView):
     @blp.response(200, FirewallRuleOut)
-    @blp.alt_response(404, description="No such rule in your account")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "No such rule in your account")
+    @blp.problem(410, "Deleted")
     def get(self, cluster_id, rule_id):
         """Get a firewall rule with its sync state."""
         with transaction() as db_session:
@@ -211,8 +211,8 @@ class FirewallRule(MethodView):
 
     @blp.arguments(FirewallRulePatch(partial=True))
     @blp.response(200, FirewallRuleOut)
-    @blp.alt_response(404, description="No such rule in your account")
-    @blp.alt_response(410, description="Deleted")
+    @blp.problem(404, "No such rule in your account")
+    @blp.problem(410, "Deleted")
     def patch(self, changes, cluster_id, rule_id):
         """Change a rule's description; bumps the generation and pushes it down."""
         with transaction() as db_session:
@@ -229,8 +229,8 @@ class FirewallRule(MethodView):
 
     @blp.response(204, description="Deleted, and cluster_svc confirmed it")
     @blp.alt_response(202, schema=FirewallRuleOut, description="Deleted; still being pushed down")
-    @blp.alt_response(404, description="No such rule in your account")
-    @blp.alt_response(410, description="Already deleted")
+    @blp.problem(404, "No such rule in your account")
+    @blp.problem(410, "Already deleted")
     def delete(self, cluster_id, rule_id):
         """Delete a firewall rule."""
         with transaction() as db_session:

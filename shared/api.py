@@ -68,6 +68,10 @@ class Blueprint(flask_smorest.Blueprint):
 
     ARGUMENTS_PARSER = _JsonParser()
 
+    def problem(self, status: int, description: str):
+        """Document an error answer of a route, as problem+json."""
+        return self.alt_response(status, schema=ProblemSchema, content_type=PROBLEM_JSON, description=description)
+
 
 class ObjectIdConverter(BaseConverter):
     """Path segment holding an object's UUID.

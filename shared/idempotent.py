@@ -174,12 +174,13 @@ def mark_deleted(
 
     :raise NotFound: the object belongs to another parent, or its parent does
         not exist (a tombstone needs an existing parent).
+    :raise Gone: its parent was deleted (and with it, everything under it).
     """
     table = resource.table
     if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
         return Deletion.DELETED
     if resource.parent is not None:
-        _require_existing_parent(db_session, resource, scope[resource.parent_column])
+        _require_live_parent(db_session, resource, scope[resource.parent_column])
     tombstone = {"id": object_id, **(scope or {}), "deleted_at": func.now()}
     stmt = insert(table).values(**tombstone).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
     if db_session.execute(stmt).first() is not None:
@@ -249,17 +250,14 @@ def _read(
     return row
 
 
-def _require_existing_parent(db_session: Session, resource: Resource, parent_id: Any) -> RowMapping:
-    parent = resource.parent
-    row = db_session.execute(select(parent.table).where(parent.table.c.id == parent_id)).mappings().first()
-    if row is None:
-        raise NotFound(f"{parent.label(parent_id)} does not exist.")
-    return row
-
-
 def _require_live_parent(db_session: Session, resource: Resource, parent_id: Any) -> None:
-    if _require_existing_parent(db_session, resource, parent_id)["deleted_at"] is not None:
-        raise Gone(f"{resource.parent.label(parent_id)} was deleted.")
+    """:raise NotFound: no such parent. :raise Gone: the parent was deleted."""
+    parent = resource.parent
+    deleted_at = db_session.execute(select(parent.table.c.deleted_at).where(parent.table.c.id == parent_id)).first()
+    if deleted_at is None:
+        raise NotFound(f"{parent.label(parent_id)} does not exist.")
+    if deleted_at[0] is not None:
+        raise Gone(f"{parent.label(parent_id)} was deleted.")
 
 
 def _as_column(table: Table, name: str, value: Any) -> Any:

@@ -133,7 +133,7 @@ def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
 PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
 
-CLUSTER_NAME = validate.Regexp(r"^[a-z0-9-]{1,63}$", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
+CLUSTER_NAME = validate.Regexp(r"\A[a-z0-9-]{1,63}\Z", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
 
 
 class ClusterMutableFields(InputSchema):

@@ -3,11 +3,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sqlalchemy import text
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
 from shared.cli import migrate
-from shared.db import request_session  # noqa: F401 (fixtures below expose the app's engine)
 from shared.testing import fresh_database
 
 TOKEN = "test-internal-token"
@@ -63,3 +63,35 @@ def cluster(client):
     response = client.post("/v1/clusters", json=cluster_body())
     assert response.status_code == 201
     return response.get_json()
+
+
+def rule_body(**overrides):
+    body = {"id": str(uuid.uuid4()), "cidr": "10.0.0.0/8", "description": "office"}
+    body.update(overrides)
+    return body
+
+
+@pytest.fixture
+def rule(client, cluster):
+    """A freshly created firewall rule under ``cluster``, as cluster_svc answered it."""
+    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body())
+    assert response.status_code == 201
+    return response.get_json()
+
+
+def assert_problem(response, status, code):
+    """The response is an RFC 9457 problem document with this status and code."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    body = response.get_json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["type"] and body["title"] and body["detail"]
+    return body
+
+
+def db_row(engine, table, object_id):
+    """The stored row (as a dict) or None; ``table`` is a trusted literal."""
+    with engine.connect() as conn:
+        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
+    return None if row is None else dict(row)
