@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import click
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from platform_svc import Settings, create_app
 from shared import config
@@ -86,7 +86,7 @@ def create_account(name: str, as_json: bool) -> None:
 @click.option("--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler.")
 @fail_fast
 def sync_status(retry_failed: bool) -> None:
-    from platform_svc.sync import KINDS
+    from platform_svc.sync import KINDS, requeue_failed
     from shared.db import Database
 
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
@@ -94,11 +94,7 @@ def sync_status(retry_failed: bool) -> None:
         for kind in KINDS:
             table = kind.resource.table
             if retry_failed:
-                requeued = db_session.execute(
-                    update(table)
-                    .where(table.c.sync_state == "failed")
-                    .values(sync_failed_at=None, attempts=0, next_attempt_at=func.now(), lease_until=None)
-                ).rowcount
+                requeued = requeue_failed(db_session=db_session, kind=kind)
                 click.echo(f"{kind.resource.name}s: {requeued} failed rows put back in line")
             counts = dict(db_session.execute(select(table.c.sync_state, func.count()).group_by(table.c.sync_state)).all())
             summary = ", ".join(f"{counts.get(state, 0)} {state}" for state in ("synced", "pending", "failed"))

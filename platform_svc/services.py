@@ -150,11 +150,21 @@ def delete_object(
 
 
 def claim(*, db_session: Session, resource: Resource, object_id: Any, lease: timedelta) -> RowMapping | None:
-    """Take the push lease on one row unless another pusher holds it."""
+    """Take the push lease on one row unless another pusher holds it.
+
+    A failed row is not claimed: its failure waits for an operator
+    (``platform-svc sync-status --retry-failed``). Pushing it on the next
+    public write could, after an ``id_conflict``, update or delete the other
+    object that holds its ID downstream.
+    """
     table = resource.table
     stmt = (
         update(table)
-        .where(table.c.id == object_id, (table.c.lease_until.is_(None)) | (table.c.lease_until < func.now()))
+        .where(
+            table.c.id == object_id,
+            table.c.sync_state != "failed",
+            (table.c.lease_until.is_(None)) | (table.c.lease_until < func.now()),
+        )
         .values(lease_until=func.now() + lease)
         .returning(*table.c)
     )

@@ -117,7 +117,7 @@ def record(
     table = kind.resource.table
     values: dict[str, Any] = {"lease_until": None}
     if answer.outcome is Outcome.DONE:
-        values.update(attempts=0, sync_error=None, synced_at=func.now())
+        values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=func.now())
         if row["deleted_at"] is not None:
             values["delete_synced_at"] = func.now()
         else:
@@ -126,7 +126,7 @@ def record(
     elif answer.outcome is Outcome.PERMANENT:
         values.update(sync_failed_at=func.now(), sync_error=answer.reason)
     elif inline:
-        values.update(sync_error=answer.reason)
+        values.update(sync_error=answer.reason, next_attempt_at=func.now())
     else:
         attempts = row["attempts"] + 1
         values.update(attempts=attempts, sync_error=answer.reason)
@@ -162,6 +162,17 @@ def claim_due(*, db_session: Session, kind: Kind, limit: int, lease: timedelta) 
     due = due.order_by(table.c.next_attempt_at).limit(limit).with_for_update(skip_locked=True)
     stmt = update(table).where(table.c.id.in_(due.scalar_subquery())).values(lease_until=func.now() + lease)
     return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
+
+
+def requeue_failed(*, db_session: Session, kind: Kind) -> int:
+    """Put every failed row back in line (after an operator fixed the cause)."""
+    table = kind.resource.table
+    stmt = (
+        update(table)
+        .where(table.c.sync_state == "failed")
+        .values(sync_failed_at=None, attempts=0, next_attempt_at=func.now(), lease_until=None)
+    )
+    return db_session.execute(stmt).rowcount
 
 
 class Pusher:

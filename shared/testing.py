@@ -59,9 +59,13 @@ class LiveServer:
         self.env = {**os.environ, **env}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> LiveServer:
+    def start(self, timeout: float = 60.0) -> LiveServer:
         self.process = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
-        self.wait_healthy(timeout)
+        try:
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.stop()  # never leave a half-started server behind
+            raise
         return self
 
     def wait_healthy(self, timeout: float) -> None:

@@ -1,0 +1,146 @@
+"""Both services as a user runs them: gunicorn processes, the CLI, real HTTP.
+
+Each test gets its own pair (two fresh databases, cluster_svc and platform_svc
+on loopback ports, one account made with ``platform-svc create-account``), so
+the rows a test leaves behind cannot change what another one sees.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+from sqlalchemy import create_engine, text
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from shared.cli import migrate
+from shared.testing import LiveServer, console_script, fresh_database
+
+TOKEN = "e2e-internal-token"
+CLUSTER_FIELDS = ("name", "region", "postgres_version", "plan", "storage_gb", "generation")
+RULE_FIELDS = ("cluster_id", "cidr", "description", "generation")
+
+
+def cluster_body(**overrides):
+    body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
+    body.update(overrides)
+    return body
+
+
+class Pair:
+    """cluster_svc and platform_svc running side by side, and their databases."""
+
+    def __init__(self, cluster_db_url: str, platform_db_url: str) -> None:
+        self.cluster_db_url = cluster_db_url
+        self.platform_db_url = platform_db_url
+        self.cluster_env = {"CLUSTER_DATABASE_URL": cluster_db_url, "INTERNAL_TOKEN": TOKEN}
+        self.cluster_argv = [console_script("cluster-svc"), "serve", "--workers", "2", "--threads", "8"]
+        self.cluster_svc = LiveServer(self.cluster_argv, self.cluster_env)
+        self.platform_env = {
+            "PLATFORM_DATABASE_URL": platform_db_url,
+            "CLUSTER_SVC_URL": self.cluster_svc.url,
+            "INTERNAL_TOKEN": TOKEN,
+        }
+        self.platform_svc = LiveServer(
+            [console_script("platform-svc"), "serve", "--workers", "2", "--threads", "8"], self.platform_env
+        )
+        self.cluster_engine = create_engine(cluster_db_url)
+        self.platform_engine = create_engine(platform_db_url)
+        self.http = requests.Session()
+        self.account_id: str | None = None
+
+    def start(self) -> None:
+        self.cluster_svc.start()
+        self.platform_svc.start()
+        created = self.cli("create-account", "e2e-team", "--json")
+        assert created.returncode == 0, created.stderr
+        account = json.loads(created.stdout)
+        self.account_id = account["account_id"]
+        self.http.headers["Authorization"] = f"Bearer {account['api_key']}"
+
+    def close(self) -> None:
+        self.http.close()
+        self.platform_svc.stop()
+        self.cluster_svc.stop()
+        self.cluster_engine.dispose()
+        self.platform_engine.dispose()
+
+    # Processes -------------------------------------------------------------
+
+    def stop_cluster_svc(self) -> None:
+        self.cluster_svc.stop()
+
+    def restart_cluster_svc(self) -> None:
+        """cluster_svc back on the port platform_svc knows."""
+        self.cluster_svc = LiveServer(self.cluster_argv, self.cluster_env, port=self.cluster_svc.port).start()
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run ``platform-svc ARGS`` to completion."""
+        return subprocess.run(
+            [console_script("platform-svc"), *args],
+            env={**os.environ, **self.platform_env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    # The public API --------------------------------------------------------
+
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        return self.http.request(method, self.platform_svc.url + path, timeout=30, **kwargs)
+
+    def internal(self, method: str, path: str, **kwargs) -> requests.Response:
+        """Call cluster_svc directly, with the internal token."""
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        return requests.request(method, self.cluster_svc.url + path, headers=headers, timeout=30, **kwargs)
+
+    # The databases ---------------------------------------------------------
+
+    def platform_rows(self, table: str) -> dict[str, dict]:
+        return _rows(self.platform_engine, table)
+
+    def cluster_svc_rows(self, table: str) -> dict[str, dict]:
+        return _rows(self.cluster_engine, table)
+
+    def assert_downstream_matches(self) -> None:
+        """Every platform row is synced and cluster_svc holds exactly what it says."""
+        for table, fields in (("clusters", CLUSTER_FIELDS), ("firewall_rules", RULE_FIELDS)):
+            upstream, downstream = self.platform_rows(table), self.cluster_svc_rows(table)
+            assert {row["sync_state"] for row in upstream.values()} <= {"synced"}, table
+            assert set(downstream) <= set(upstream), table  # nothing the platform did not ask for
+            for object_id, row in upstream.items():
+                there = downstream.get(object_id)
+                if row["deleted_at"] is not None:
+                    if there is None:
+                        # Only a rule that never got there before its cluster was deleted (it cannot now).
+                        assert table == "firewall_rules", (table, object_id)
+                    else:
+                        assert there["deleted_at"] is not None, (table, object_id)
+                    continue
+                assert there is not None, (table, object_id)
+                assert there["deleted_at"] is None, (table, object_id)
+                assert {f: str(there[f]) for f in fields} == {f: str(row[f]) for f in fields}, (table, object_id)
+                if table == "clusters":
+                    assert str(there["team_id"]) == str(row["account_id"])
+
+
+def _rows(engine, table: str) -> dict[str, dict]:
+    with engine.connect() as conn:
+        return {str(row["id"]): dict(row) for row in conn.execute(text(f"SELECT * FROM {table}")).mappings()}
+
+
+@pytest.fixture
+def pair(pg_server_url):
+    cluster_db_url = fresh_database(pg_server_url, "e2e_cluster")
+    platform_db_url = fresh_database(pg_server_url, "e2e_platform")
+    migrate(CLUSTER_MIGRATIONS, cluster_db_url)
+    migrate(PLATFORM_MIGRATIONS, platform_db_url)
+    pair = Pair(cluster_db_url, platform_db_url)
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.close()

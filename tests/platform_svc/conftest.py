@@ -1,0 +1,213 @@
+"""platform_svc through Flask's test client, pushing down to a real cluster_svc.
+
+cluster_svc runs as a gunicorn process (its console script) on its own fresh
+database; platform_svc runs in-process on another fresh database, so a test
+can read both sides with SQL.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc import Settings, create_app, services
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from shared.cli import migrate
+from shared.db import Database
+from shared.testing import LiveServer, console_script, fresh_database, free_port
+
+TOKEN = "platform-tests-internal-token"
+
+
+@pytest.fixture(scope="session")
+def downstream_db_url(pg_server_url):
+    url = fresh_database(pg_server_url, "pt_cluster")
+    migrate(CLUSTER_MIGRATIONS, url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def platform_db_url(pg_server_url):
+    url = fresh_database(pg_server_url, "pt_platform")
+    migrate(PLATFORM_MIGRATIONS, url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def cluster_svc(downstream_db_url):
+    """cluster_svc as a real gunicorn process for the whole session."""
+    server = LiveServer(
+        [console_script("cluster-svc"), "serve", "--workers", "1", "--threads", "8"],
+        env={"CLUSTER_DATABASE_URL": downstream_db_url, "INTERNAL_TOKEN": TOKEN},
+    )
+    with server:
+        yield server
+
+
+def _app(platform_db_url, cluster_svc_url):
+    app = create_app(
+        Settings(database_url=platform_db_url, cluster_svc_url=cluster_svc_url, internal_token=TOKEN), testing=True
+    )
+    return app
+
+
+def _dispose(app):
+    app.extensions["pusher"].client.close()
+    app.extensions["database"].dispose()
+
+
+@pytest.fixture(scope="session")
+def app(platform_db_url, cluster_svc):
+    app = _app(platform_db_url, cluster_svc.url)
+    yield app
+    _dispose(app)
+
+
+@pytest.fixture(scope="session")
+def unreachable_app(platform_db_url):
+    """The same platform, but cluster_svc cannot be reached (nothing listens there):
+    every inline push fails transiently and leaves its row pending."""
+    app = _app(platform_db_url, f"http://127.0.0.1:{free_port()}")
+    yield app
+    _dispose(app)
+
+
+@pytest.fixture(scope="session")
+def platform_engine(platform_db_url):
+    engine = create_engine(platform_db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def downstream_engine(downstream_db_url):
+    engine = create_engine(downstream_db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def platform_database(platform_db_url):
+    database = Database(platform_db_url, pool_size=2)
+    yield database
+    database.dispose()
+
+
+def make_account(database, name="acme"):
+    """A new account through the service layer; returns ``(account_id, api_key)``."""
+    with database.sessionmaker.begin() as db_session:
+        return services.create_account(db_session=db_session, name=name)
+
+
+def authed_client(app, api_key):
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    return client
+
+
+@pytest.fixture
+def account(platform_database):
+    return make_account(platform_database, "account-a")
+
+
+@pytest.fixture
+def other_account(platform_database):
+    return make_account(platform_database, "account-b")
+
+
+@pytest.fixture
+def client(app, account):
+    return authed_client(app, account[1])
+
+
+@pytest.fixture
+def other_client(app, other_account):
+    return authed_client(app, other_account[1])
+
+
+@pytest.fixture
+def offline_client(unreachable_app, account):
+    """Account A's client on the platform whose inline pushes cannot reach cluster_svc."""
+    return authed_client(unreachable_app, account[1])
+
+
+def cluster_body(**overrides):
+    body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
+    body.update(overrides)
+    return body
+
+
+def rule_body(**overrides):
+    body = {"cidr": "10.0.0.0/8", "description": "office"}
+    body.update(overrides)
+    return body
+
+
+@pytest.fixture
+def cluster(client):
+    """A cluster of account A, created and pushed down."""
+    response = client.post("/v1/clusters", json=cluster_body())
+    assert response.status_code == 201, response.get_data(as_text=True)
+    assert response.get_json()["sync_state"] == "synced"
+    return response.get_json()
+
+
+@pytest.fixture
+def rule(client, cluster):
+    """A firewall rule on ``cluster``, created and pushed down."""
+    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body())
+    assert response.status_code == 201, response.get_data(as_text=True)
+    assert response.get_json()["sync_state"] == "synced"
+    return response.get_json()
+
+
+def assert_problem(response, status, code):
+    """The response is an RFC 9457 problem document with this status and code."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    body = response.get_json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["type"] and body["title"] and body["detail"]
+    return body
+
+
+def db_row(engine, table, object_id):
+    """The stored row (as a dict) or None; ``table`` is a trusted literal."""
+    with engine.connect() as conn:
+        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
+    return None if row is None else dict(row)
+
+
+def is_uuid7(value):
+    return uuid.UUID(value).version == 7
+
+
+@pytest.fixture
+def live_pusher(platform_database, cluster_svc):
+    """A reconciler's pusher that reaches cluster_svc."""
+    from platform_svc.sync import Pusher
+    from shared.client import ClientPolicy, InternalClient
+
+    client = InternalClient(cluster_svc.url, TOKEN, ClientPolicy(connect_timeout=1, read_timeout=5, retries=1))
+    yield Pusher(platform_database, client)
+    client.close()
+
+
+@pytest.fixture
+def dead_pusher(platform_database):
+    """Make a pusher, with a given RetryPolicy, whose calls cannot connect."""
+    from platform_svc.sync import Pusher
+    from shared.client import ClientPolicy, InternalClient
+
+    clients = []
+
+    def make(retry):
+        clients.append(InternalClient(f"http://127.0.0.1:{free_port()}", TOKEN, ClientPolicy(retries=0)))
+        return Pusher(platform_database, clients[-1], retry)
+
+    yield make
+    for client in clients:
+        client.close()

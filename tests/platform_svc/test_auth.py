@@ -1,0 +1,93 @@
+"""Only holders of an account's API key get in; keys are stored hashed."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+from sqlalchemy import text
+
+from platform_svc import services
+from shared.testing import console_script
+from tests.platform_svc.conftest import assert_problem, authed_client, cluster_body, make_account
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer ",
+        "Bearer not-a-key",
+        "Bearer 0123456789abcdef.wrong-secret",
+        "Basic dXNlcjpwYXNz",
+    ],
+)
+def test_requests_without_a_valid_key_are_401(app, client, cluster, authorization):
+    anonymous = app.test_client()
+    headers = {} if authorization is None else {"Authorization": authorization}
+    url = f"/v1/clusters/{cluster['id']}"
+
+    responses = [
+        anonymous.get("/v1/clusters", headers=headers),
+        anonymous.post("/v1/clusters", headers=headers, json=cluster_body()),
+        anonymous.get(url, headers=headers),
+        anonymous.patch(url, headers=headers, json={"plan": "memory-8"}),
+        anonymous.delete(url, headers=headers),
+    ]
+
+    for response in responses:
+        assert_problem(response, 401, "unauthorized")
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert client.get(url).get_json() == cluster  # untouched
+
+
+def test_a_key_with_the_right_id_but_a_wrong_secret_is_401(app, account):
+    key_id, _, secret = account[1].partition(".")
+    forged = f"{key_id}.{secret[:-1]}{'A' if secret[-1] != 'A' else 'B'}"
+
+    assert_problem(authed_client(app, forged).get("/v1/clusters"), 401, "unauthorized")
+    assert authed_client(app, account[1]).get("/v1/clusters").status_code == 200
+
+
+def test_the_api_key_is_stored_only_as_a_hash(platform_database, platform_engine):
+    account_id, api_key = make_account(platform_database, "hashed")
+    key_id, _, secret = api_key.partition(".")
+
+    with platform_engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM accounts WHERE id = :id"), {"id": account_id}).mappings().one()
+        dump = conn.execute(text("SELECT accounts::text FROM accounts WHERE id = :id"), {"id": account_id}).scalar()
+
+    assert secret not in dump and api_key not in dump
+    assert row["key_id"] == key_id
+    assert row["key_hash"] == hashlib.sha256(secret.encode()).hexdigest()
+
+
+def test_authenticate_maps_a_key_to_its_account(platform_database):
+    account_id, api_key = make_account(platform_database)
+
+    with platform_database.sessionmaker() as db_session:
+        assert services.authenticate(db_session=db_session, api_key=api_key) == account_id
+        assert services.authenticate(db_session=db_session, api_key=api_key + "x") is None
+        assert services.authenticate(db_session=db_session, api_key=api_key.partition(".")[2]) is None
+
+
+def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):
+    result = subprocess.run(
+        [console_script("platform-svc"), "create-account", "cli-team", "--json"],
+        env={"PLATFORM_DATABASE_URL": platform_db_url, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert set(printed) == {"account_id", "api_key"}
+    client = authed_client(app, printed["api_key"])
+    assert client.get("/v1/clusters").status_code == 200
+    created = client.post("/v1/clusters", json=cluster_body(name="cli-db"))
+    assert created.status_code == 201
+    assert created.get_json()["sync_state"] == "synced"

@@ -1,0 +1,133 @@
+"""The public Idempotency-Key: stored on the object's own row, unique per account."""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+
+from sqlalchemy import text
+
+from tests.platform_svc.conftest import assert_problem, authed_client, cluster_body, rule_body
+
+
+def rows_with_key(engine, table, account_id, key):
+    with engine.connect() as conn:
+        return conn.execute(
+            text(f"SELECT id FROM {table} WHERE account_id = :a AND idempotency_key = :k"), {"a": account_id, "k": key}
+        ).scalars().all()
+
+
+def downstream_count(engine, team_id):
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM clusters WHERE team_id = :t"), {"t": team_id}).scalar()
+
+
+def test_same_key_and_body_replays_the_same_cluster(client, account, platform_engine, downstream_engine):
+    key = str(uuid.uuid4())
+
+    first = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+    replay = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+
+    assert first.status_code == 201
+    assert "Idempotent-Replayed" not in first.headers
+    assert replay.status_code == 200
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.headers["Location"] == first.headers["Location"]
+    assert replay.get_json()["id"] == first.get_json()["id"]
+    assert replay.get_json()["sync_state"] == "synced"
+    assert len(rows_with_key(platform_engine, "clusters", account[0], key)) == 1
+    assert downstream_count(downstream_engine, account[0]) == 1
+
+
+def test_a_replay_answers_the_current_state(client):
+    key = "create-orders-db"
+    created = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}).get_json()
+    client.patch(f"/v1/clusters/{created['id']}", json={"plan": "memory-8"})
+
+    replay = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+
+    assert replay.status_code == 200
+    assert (replay.get_json()["id"], replay.get_json()["plan"], replay.get_json()["generation"]) == (
+        created["id"],
+        "memory-8",
+        2,
+    )
+
+
+def test_same_key_with_another_body_is_409(client, account, platform_engine):
+    key = str(uuid.uuid4())
+    assert client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}).status_code == 201
+    response = client.post("/v1/clusters", json=cluster_body(storage_gb=200), headers={"Idempotency-Key": key})
+
+    problem = assert_problem(response, 409, "conflict")
+
+    assert key in problem["detail"]
+    assert len(rows_with_key(platform_engine, "clusters", account[0], key)) == 1
+
+
+def test_the_same_key_in_another_account_is_independent(
+    client, other_client, account, other_account, downstream_engine
+):
+    key = "shared-key"
+
+    mine = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+    theirs = other_client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+
+    assert (mine.status_code, theirs.status_code) == (201, 201)
+    assert mine.get_json()["id"] != theirs.get_json()["id"]
+    assert downstream_count(downstream_engine, account[0]) == 1
+    assert downstream_count(downstream_engine, other_account[0]) == 1
+
+
+def test_without_a_key_every_post_creates_a_new_cluster(client, account, downstream_engine):
+    ids = {client.post("/v1/clusters", json=cluster_body()).get_json()["id"] for _ in range(2)}
+
+    assert len(ids) == 2
+    assert downstream_count(downstream_engine, account[0]) == 2
+
+
+def test_a_replay_after_delete_is_410_and_creates_nothing(client, account, platform_engine):
+    key = str(uuid.uuid4())
+    created = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}).get_json()
+    assert client.delete(f"/v1/clusters/{created['id']}").status_code == 204
+
+    assert_problem(client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}), 410, "gone")
+    assert len(rows_with_key(platform_engine, "clusters", account[0], key)) == 1
+
+
+def test_concurrent_posts_with_one_key_make_one_cluster(app, account, platform_engine, downstream_engine):
+    key = str(uuid.uuid4())
+    count = 8
+    barrier = threading.Barrier(count)
+    responses = [None] * count
+
+    def post(index):
+        client = authed_client(app, account[1])
+        barrier.wait(timeout=30)
+        responses[index] = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+
+    threads = [threading.Thread(target=post, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert Counter(response.status_code for response in responses) == {201: 1, 200: count - 1}
+    assert len({response.get_json()["id"] for response in responses}) == 1
+    assert len(rows_with_key(platform_engine, "clusters", account[0], key)) == 1
+    assert downstream_count(downstream_engine, account[0]) == 1
+
+
+def test_rules_honour_the_key_too(client, cluster, account, platform_engine):
+    url = f"/v1/clusters/{cluster['id']}/firewall-rules"
+    key = "rule-key"
+
+    first = client.post(url, json=rule_body(), headers={"Idempotency-Key": key})
+    replay = client.post(url, json=rule_body(), headers={"Idempotency-Key": key})
+    other = client.post(url, json=rule_body(cidr="192.168.0.0/16"), headers={"Idempotency-Key": key})
+
+    assert first.status_code == 201
+    assert (replay.status_code, replay.headers["Idempotent-Replayed"]) == (200, "true")
+    assert replay.get_json()["id"] == first.get_json()["id"]
+    assert_problem(other, 409, "conflict")
+    assert len(rows_with_key(platform_engine, "firewall_rules", account[0], key)) == 1

@@ -1,0 +1,366 @@
+"""Pushing rows down: inline after a public write, and by the reconciler after it.
+
+A platform whose cluster_svc cannot be reached (``offline_client``) records
+every write as pending; ``reconcile_once`` with a pusher that reaches cluster_svc
+finishes the work.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import requests
+from sqlalchemy import text
+
+from platform_svc import services
+from platform_svc.reconciler import count_failed, reconcile_once
+from platform_svc.sync import CLUSTER, FIREWALL_RULE, RetryPolicy, claim_due, requeue_failed
+from tests.platform_svc.conftest import (
+    TOKEN,
+    assert_problem,
+    cluster_body,
+    db_row,
+    rule_body,
+)
+
+
+def due_now(engine, table, object_id):
+    with engine.connect() as conn:
+        return conn.execute(
+            text(f"SELECT next_attempt_at <= now() FROM {table} WHERE id = :id"), {"id": object_id}
+        ).scalar()
+
+
+def claimed_ids(database, kind):
+    """What a reconciler would claim right now (the claim is rolled back)."""
+    with database.sessionmaker() as db_session:
+        rows = claim_due(db_session=db_session, kind=kind, limit=10_000, lease=timedelta(seconds=60))
+        db_session.rollback()
+    return {str(row["id"]) for row in rows}
+
+
+def claim_one(database, kind, object_id):
+    with database.sessionmaker.begin() as db_session:
+        return services.claim(
+            db_session=db_session, resource=kind.resource, object_id=object_id, lease=timedelta(seconds=60)
+        )
+
+
+# Inline ------------------------------------------------------------------------
+
+
+def test_a_create_cluster_svc_cannot_take_answers_quickly_pending_and_due_now(
+    offline_client, platform_engine, downstream_engine
+):
+    started = time.monotonic()
+    response = offline_client.post("/v1/clusters", json=cluster_body())
+    elapsed = time.monotonic() - started
+
+    assert response.status_code == 201
+    assert elapsed < 3  # connect timeout 0.5 s, 2 quick retries
+    body = response.get_json()
+    assert (body["sync_state"], body["synced_at"]) == ("pending", None)
+    assert "connection failed" in body["sync_error"]
+    stored = db_row(platform_engine, "clusters", body["id"])
+    assert (stored["synced_generation"], stored["attempts"], stored["lease_until"]) == (0, 0, None)
+    assert due_now(platform_engine, "clusters", body["id"])
+    assert db_row(downstream_engine, "clusters", body["id"]) is None
+    assert offline_client.get(f"/v1/clusters/{body['id']}").get_json()["sync_state"] == "pending"
+
+
+def test_a_delete_cluster_svc_cannot_take_answers_202_with_the_object(
+    client, offline_client, cluster, live_pusher, downstream_engine, platform_engine
+):
+    url = f"/v1/clusters/{cluster['id']}"
+
+    response = offline_client.delete(url)
+
+    assert response.status_code == 202
+    body = response.get_json()
+    assert (body["id"], body["sync_state"]) == (cluster["id"], "pending")
+    assert body["deleted_at"] is not None
+    assert_problem(offline_client.delete(url), 410, "gone")
+    assert_problem(client.get(url), 410, "gone")
+    assert db_row(downstream_engine, "clusters", cluster["id"])["deleted_at"] is None
+
+    reconcile_once(live_pusher)
+
+    assert db_row(downstream_engine, "clusters", cluster["id"])["deleted_at"] is not None
+    assert db_row(platform_engine, "clusters", cluster["id"])["sync_state"] == "synced"
+
+
+def test_a_rule_on_an_unconfirmed_cluster_waits_for_it(
+    client, offline_client, platform_database, platform_engine, downstream_engine, live_pusher
+):
+    pending = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+
+    response = client.post(f"/v1/clusters/{pending['id']}/firewall-rules", json=rule_body())
+
+    assert response.status_code == 201
+    rule = response.get_json()
+    assert (rule["sync_state"], rule["sync_error"]) == ("pending", None)
+    assert db_row(downstream_engine, "firewall_rules", rule["id"]) is None
+    assert rule["id"] not in claimed_ids(platform_database, FIREWALL_RULE)  # not before its cluster
+    assert db_row(platform_engine, "firewall_rules", rule["id"])["attempts"] == 0
+
+    reconcile_once(live_pusher)  # one pass: the cluster, then its rule
+
+    assert client.get(f"/v1/clusters/{pending['id']}").get_json()["sync_state"] == "synced"
+    rule_now = client.get(f"/v1/clusters/{pending['id']}/firewall-rules/{rule['id']}").get_json()
+    assert rule_now["sync_state"] == "synced"
+    downstream = db_row(downstream_engine, "firewall_rules", rule["id"])
+    assert (str(downstream["cluster_id"]), str(downstream["cidr"])) == (pending["id"], "10.0.0.0/8")
+
+
+def test_a_row_another_pusher_holds_is_left_to_it_until_its_lease_runs_out(
+    client, offline_client, platform_database, platform_engine, downstream_engine, live_pusher
+):
+    pending = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    assert claim_one(platform_database, CLUSTER, pending["id"]) is not None  # a pusher that then died
+
+    patched = client.patch(f"/v1/clusters/{pending['id']}", json={"plan": "memory-8"})
+    reconcile_once(live_pusher)
+
+    assert (patched.status_code, patched.get_json()["sync_state"]) == (200, "pending")  # not pushed inline
+    assert db_row(downstream_engine, "clusters", pending["id"]) is None
+    assert claim_one(platform_database, CLUSTER, pending["id"]) is None  # still theirs
+
+    with platform_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE clusters SET lease_until = now() - interval '1 second' WHERE id = :id"), {"id": pending["id"]}
+        )
+    reconcile_once(live_pusher)
+
+    assert client.get(f"/v1/clusters/{pending['id']}").get_json()["sync_state"] == "synced"
+    downstream = db_row(downstream_engine, "clusters", pending["id"])
+    assert (downstream["generation"], downstream["plan"]) == (2, "memory-8")
+
+
+# The reconciler -----------------------------------------------------------------
+
+
+def test_the_reconciler_creates_what_the_inline_push_could_not(offline_client, live_pusher, downstream_engine, account):
+    created = [offline_client.post("/v1/clusters", json=cluster_body(name=f"late-{n}")).get_json() for n in range(3)]
+
+    states = reconcile_once(live_pusher)
+
+    assert states["synced"] >= 3
+    for cluster in created:
+        now = offline_client.get(f"/v1/clusters/{cluster['id']}").get_json()
+        assert (now["sync_state"], now["sync_error"]) == ("synced", None)
+        assert now["synced_at"] is not None
+        downstream = db_row(downstream_engine, "clusters", cluster["id"])
+        assert (downstream["team_id"], downstream["name"], downstream["generation"]) == (account[0], cluster["name"], 1)
+
+
+def test_updates_made_while_unreachable_reach_cluster_svc_at_the_newest_generation(
+    offline_client, cluster, live_pusher, downstream_engine
+):
+    url = f"/v1/clusters/{cluster['id']}"
+    offline_client.patch(url, json={"plan": "memory-8"})
+    last = offline_client.patch(url, json={"storage_gb": 800})
+    assert (last.status_code, last.get_json()["generation"], last.get_json()["sync_state"]) == (200, 3, "pending")
+    assert db_row(downstream_engine, "clusters", cluster["id"])["generation"] == 1
+
+    reconcile_once(live_pusher)
+
+    downstream = db_row(downstream_engine, "clusters", cluster["id"])
+    assert (downstream["generation"], downstream["plan"], downstream["storage_gb"]) == (3, "memory-8", 800)
+    assert offline_client.get(url).get_json()["sync_state"] == "synced"
+
+
+def test_a_cluster_changed_before_it_was_ever_pushed_is_created_at_its_newest_generation(
+    offline_client, live_pusher, downstream_engine
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    offline_client.patch(f"/v1/clusters/{created['id']}", json={"name": "renamed"})
+
+    reconcile_once(live_pusher)
+
+    downstream = db_row(downstream_engine, "clusters", created["id"])
+    assert (downstream["generation"], downstream["name"]) == (2, "renamed")
+
+
+def test_a_rule_deleted_while_unreachable_is_deleted_by_the_reconciler(
+    offline_client, cluster, rule, live_pusher, downstream_engine
+):
+    url = f"/v1/clusters/{cluster['id']}/firewall-rules/{rule['id']}"
+
+    assert offline_client.delete(url).status_code == 202
+    reconcile_once(live_pusher)
+
+    assert db_row(downstream_engine, "firewall_rules", rule["id"])["deleted_at"] is not None
+    assert_problem(offline_client.delete(url), 410, "gone")
+
+
+def test_a_create_whose_answer_was_lost_converges_to_the_newest_generation(
+    offline_client, cluster_svc, account, live_pusher, downstream_engine
+):
+    """cluster_svc got the create but the platform never heard back, and the user
+    changed the cluster since: the replayed create answers 200 with generation 1,
+    so the reconciler follows with the update."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    first_push = {**cluster_body(), "id": created["id"], "team_id": str(account[0]), "generation": 1}
+    assert requests.post(
+        f"{cluster_svc.url}/v1/clusters", json=first_push, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    ).status_code == 201
+    offline_client.patch(f"/v1/clusters/{created['id']}", json={"storage_gb": 250})
+
+    reconcile_once(live_pusher)
+
+    downstream = db_row(downstream_engine, "clusters", created["id"])
+    assert (downstream["generation"], downstream["storage_gb"]) == (2, 250)
+    now = offline_client.get(f"/v1/clusters/{created['id']}").get_json()
+    assert (now["sync_state"], now["generation"]) == ("synced", 2)
+
+
+def test_a_cluster_deleted_before_it_ever_reached_cluster_svc_is_tombstoned_there(
+    offline_client, account, cluster_svc, platform_engine, live_pusher, downstream_engine
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    rule = offline_client.post(f"/v1/clusters/{created['id']}/firewall-rules", json=rule_body()).get_json()
+    assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
+
+    reconcile_once(live_pusher)
+
+    assert db_row(platform_engine, "clusters", created["id"])["sync_state"] == "synced"
+    assert db_row(platform_engine, "firewall_rules", rule["id"])["sync_state"] == "synced"
+    tombstone = db_row(downstream_engine, "clusters", created["id"])
+    assert tombstone["deleted_at"] is not None and tombstone["name"] is None  # never created, never will be
+    # A create delayed in the network behind the delete can never bring either back.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    late_create = {**cluster_body(), "id": created["id"], "team_id": str(account[0])}
+    late_rule = {**rule_body(), "id": rule["id"]}
+    clusters_url = f"{cluster_svc.url}/v1/clusters"
+    assert requests.post(clusters_url, json=late_create, headers=auth, timeout=10).status_code == 410
+    rules_url = f"{clusters_url}/{created['id']}/firewall-rules"
+    assert requests.post(rules_url, json=late_rule, headers=auth, timeout=10).status_code == 410
+    rule_there = db_row(downstream_engine, "firewall_rules", rule["id"])
+    assert rule_there is None or rule_there["deleted_at"] is not None
+
+
+def test_an_id_conflict_downstream_marks_the_row_failed_and_is_not_retried(
+    offline_client, cluster_svc, platform_database, live_pusher, downstream_engine
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body(region="eu-west-1")).get_json()
+    squatter = {**cluster_body(region="us-east-1"), "id": created["id"], "team_id": created["id"]}
+    assert requests.post(
+        f"{cluster_svc.url}/v1/clusters", json=squatter, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    ).status_code == 201
+
+    reconcile_once(live_pusher)
+
+    now = offline_client.get(f"/v1/clusters/{created['id']}").get_json()
+    assert now["sync_state"] == "failed"
+    assert "409 id_conflict" in now["sync_error"]
+    assert count_failed(live_pusher) >= 1
+    assert created["id"] not in claimed_ids(platform_database, CLUSTER)
+    assert db_row(downstream_engine, "clusters", created["id"])["region"] == "us-east-1"  # nothing overwritten
+
+
+def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
+    offline_client, platform_database, platform_engine, live_pusher, downstream_engine, dead_pusher
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    row = claim_one(platform_database, CLUSTER, created["id"])
+
+    pusher = dead_pusher(RetryPolicy(base_delay=60, max_delay=60))
+    with ThreadPoolExecutor(1) as pool:
+        [after] = pusher.push_many(CLUSTER, [row], pool)
+
+    assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 1, None)
+    assert "connection failed" in after["sync_error"]
+    assert not due_now(platform_engine, "clusters", created["id"])
+    reconcile_once(live_pusher)
+    assert db_row(downstream_engine, "clusters", created["id"]) is None  # waits out its backoff
+
+    with platform_engine.begin() as conn:
+        conn.execute(text("UPDATE clusters SET next_attempt_at = now() WHERE id = :id"), {"id": created["id"]})
+    reconcile_once(live_pusher)
+
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert (stored["sync_state"], stored["attempts"], stored["sync_error"]) == ("synced", 0, None)
+    assert db_row(downstream_engine, "clusters", created["id"]) is not None
+
+
+def test_the_reconciler_gives_up_after_its_attempts(offline_client, platform_database, dead_pusher):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    row = claim_one(platform_database, CLUSTER, created["id"])
+
+    with ThreadPoolExecutor(1) as pool:
+        [after] = dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row], pool)
+
+    assert after["sync_state"] == "failed"
+    assert after["sync_error"].startswith("gave up after 1 attempts")
+    assert offline_client.get(f"/v1/clusters/{created['id']}").get_json()["sync_state"] == "failed"
+
+
+def give_up_on(platform_database, dead_pusher, object_id):
+    """The reconciler's last attempt fails: the row is failed."""
+    row = claim_one(platform_database, CLUSTER, object_id)
+    with ThreadPoolExecutor(1) as pool:
+        dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row], pool)
+
+
+def requeue(platform_database):
+    with platform_database.sessionmaker.begin() as db_session:
+        return requeue_failed(db_session=db_session, kind=CLUSTER)
+
+
+def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
+    client, offline_client, platform_database, downstream_engine, dead_pusher, live_pusher
+):
+    """A failed row is an operator's business: a later public write records the
+    new intent but does not push it (after an id_conflict that could change
+    another object); once requeued, the reconciler brings it to the newest state."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    give_up_on(platform_database, dead_pusher, created["id"])
+
+    response = client.patch(f"/v1/clusters/{created['id']}", json={"plan": "memory-8"})
+
+    assert response.status_code == 200
+    assert (response.get_json()["sync_state"], response.get_json()["generation"]) == ("failed", 2)
+    assert db_row(downstream_engine, "clusters", created["id"]) is None  # not pushed
+
+    assert requeue(platform_database) >= 1
+    reconcile_once(live_pusher)
+
+    downstream = db_row(downstream_engine, "clusters", created["id"])
+    assert (downstream["generation"], downstream["plan"]) == (2, "memory-8")
+    body = client.get(f"/v1/clusters/{created['id']}").get_json()
+    assert (body["sync_state"], body["sync_error"]) == ("synced", None)
+
+
+def test_a_delete_of_a_failed_cluster_answers_202_then_converges_once_requeued(
+    client, offline_client, platform_database, downstream_engine, dead_pusher, live_pusher
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    give_up_on(platform_database, dead_pusher, created["id"])
+
+    response = client.delete(f"/v1/clusters/{created['id']}")
+
+    assert response.status_code == 202
+    assert response.get_json()["sync_state"] == "failed"
+    requeue(platform_database)
+    reconcile_once(live_pusher)
+    assert db_row(downstream_engine, "clusters", created["id"])["deleted_at"] is not None  # a tombstone there
+    assert db_row(platform_database.engine, "clusters", created["id"])["sync_state"] == "synced"
+
+
+def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_backoff(
+    offline_client, cluster, platform_database, platform_engine, live_pusher, dead_pusher
+):
+    """The user's newest change must not wait out the backoff an older failure set."""
+    offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "hobby-0"})  # pending, due
+    row = claim_one(platform_database, CLUSTER, cluster["id"])
+    with ThreadPoolExecutor(1) as pool:
+        dead_pusher(RetryPolicy(base_delay=300, max_delay=300)).push_many(CLUSTER, [row], pool)
+    assert not due_now(platform_engine, "clusters", cluster["id"])
+
+    response = offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "memory-8"})
+
+    assert (response.status_code, response.get_json()["sync_state"]) == (200, "pending")
+    assert due_now(platform_engine, "clusters", cluster["id"])
+    reconcile_once(live_pusher)
+    assert offline_client.get(f"/v1/clusters/{cluster['id']}").get_json()["sync_state"] == "synced"
