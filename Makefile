@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test clean
+.PHONY: run test clean bench chaos
 
 run: $(STAMP)
 	$(BIN)/python -m shared.devrun
@@ -21,3 +21,12 @@ $(STAMP): setup.cfg pyproject.toml
 
 clean:
 	rm -rf $(VENV) .dev .pytest_cache .hypothesis
+
+# Performance targets P1-P7 (../shared/guide/performance.md); BENCH_ARGS=--quick for a smoke run.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The fault-injection scenarios (tests/chaos) at full size, and their table of figures;
+# CHAOS_SEED=N replays a run.
+chaos: $(STAMP)
+	CHAOS_SCALE=full $(BIN)/python -m pytest tests/chaos -s $(PYTEST_ARGS)
