@@ -18,6 +18,7 @@ from shared.db import NAMING_CONVENTION
 from shared.idempotent import Resource
 from shared.types import IPNetworkType
 
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 

@@ -8,32 +8,32 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import Session
 
 from cluster_svc.models import CLUSTERS, FIREWALL_RULES
 from shared.idempotent import Deletion, apply_update, create_or_return, get_live, list_live, mark_deleted
 
 
-def create_cluster(*, db_session: Session, cluster_in: Mapping[str, Any]) -> tuple[RowMapping, bool]:
+def create_cluster(*, db_session: Connection, cluster_in: Mapping[str, Any]) -> tuple[RowMapping, bool]:
     """:raise Gone, IdConflict: see :func:`shared.idempotent.create_or_return`."""
     return create_or_return(db_session=db_session, resource=CLUSTERS, values=cluster_in)
 
 
-def get_cluster(*, db_session: Session, cluster_id: uuid.UUID) -> RowMapping:
+def get_cluster(*, db_session: Connection, cluster_id: uuid.UUID) -> RowMapping:
     """:raise NotFound, Gone:"""
     return get_live(db_session=db_session, resource=CLUSTERS, object_id=cluster_id)
 
 
 def list_clusters(
-    *, db_session: Session, team_id: uuid.UUID | None, limit: int, after: uuid.UUID | None
+    *, db_session: Connection, team_id: uuid.UUID | None, limit: int, after: uuid.UUID | None
 ) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
     filters = {"team_id": team_id} if team_id is not None else {}
     return list_live(db_session=db_session, resource=CLUSTERS, filters=filters, limit=limit, after=after)
 
 
 def update_cluster(
-    *, db_session: Session, cluster_id: uuid.UUID, cluster_in: Mapping[str, Any]
+    *, db_session: Connection, cluster_id: uuid.UUID, cluster_in: Mapping[str, Any]
 ) -> tuple[RowMapping, bool]:
     """:raise NotFound, Gone:"""
     values = dict(cluster_in)
@@ -43,13 +43,13 @@ def update_cluster(
     )
 
 
-def delete_cluster(*, db_session: Session, cluster_id: uuid.UUID) -> Deletion:
+def delete_cluster(*, db_session: Connection, cluster_id: uuid.UUID) -> Deletion:
     """Tombstone the cluster and its firewall rules."""
     return mark_deleted(db_session=db_session, resource=CLUSTERS, object_id=cluster_id)
 
 
 def create_firewall_rule(
-    *, db_session: Session, cluster_id: uuid.UUID, rule_in: Mapping[str, Any]
+    *, db_session: Connection, cluster_id: uuid.UUID, rule_in: Mapping[str, Any]
 ) -> tuple[RowMapping, bool]:
     """:raise NotFound, Gone: the cluster is missing or deleted (or the rule is).
     :raise IdConflict: the rule ID exists with another cluster or CIDR."""
@@ -57,7 +57,7 @@ def create_firewall_rule(
     return create_or_return(db_session=db_session, resource=FIREWALL_RULES, values=values)
 
 
-def get_firewall_rule(*, db_session: Session, cluster_id: uuid.UUID, rule_id: uuid.UUID) -> RowMapping:
+def get_firewall_rule(*, db_session: Connection, cluster_id: uuid.UUID, rule_id: uuid.UUID) -> RowMapping:
     """:raise NotFound, Gone:"""
     return get_live(
         db_session=db_session, resource=FIREWALL_RULES, object_id=rule_id, scope={"cluster_id": cluster_id}
@@ -65,7 +65,7 @@ def get_firewall_rule(*, db_session: Session, cluster_id: uuid.UUID, rule_id: uu
 
 
 def list_firewall_rules(
-    *, db_session: Session, cluster_id: uuid.UUID, limit: int, after: uuid.UUID | None
+    *, db_session: Connection, cluster_id: uuid.UUID, limit: int, after: uuid.UUID | None
 ) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
     """:raise NotFound, Gone: the cluster is missing or deleted."""
     get_cluster(db_session=db_session, cluster_id=cluster_id)
@@ -75,7 +75,7 @@ def list_firewall_rules(
 
 
 def update_firewall_rule(
-    *, db_session: Session, cluster_id: uuid.UUID, rule_id: uuid.UUID, rule_in: Mapping[str, Any]
+    *, db_session: Connection, cluster_id: uuid.UUID, rule_id: uuid.UUID, rule_in: Mapping[str, Any]
 ) -> tuple[RowMapping, bool]:
     """:raise NotFound, Gone:"""
     values = dict(rule_in)
@@ -90,7 +90,7 @@ def update_firewall_rule(
     )
 
 
-def delete_firewall_rule(*, db_session: Session, cluster_id: uuid.UUID, rule_id: uuid.UUID) -> Deletion:
+def delete_firewall_rule(*, db_session: Connection, cluster_id: uuid.UUID, rule_id: uuid.UUID) -> Deletion:
     """:raise NotFound: the cluster does not exist."""
     return mark_deleted(
         db_session=db_session, resource=FIREWALL_RULES, object_id=rule_id, scope={"cluster_id": cluster_id}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, url_for
+from flask import Response
 from flask.views import MethodView
 
 from cluster_svc import services
@@ -18,7 +18,7 @@ from cluster_svc.schemas import (
     FirewallRulePage,
     FirewallRuleUpdate,
 )
-from shared.api import Blueprint
+from shared.api import Blueprint, created_location
 from shared.db import transaction
 from shared.errors import Gone, problem
 from shared.idempotent import Deletion
@@ -29,9 +29,9 @@ blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters an
 REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-def created_or_replayed(row: Any, created: bool, location: str) -> tuple[Any, int, dict[str, str]]:
+def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
     """201 with Location for a new object; 200 and Idempotent-Replayed for a replay."""
-    headers = {"Location": location}
+    headers = {"Location": created_location(row["id"])}
     return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
 
 
@@ -47,7 +47,7 @@ def deleted(outcome: Deletion, what: str) -> Response:
 
 @blp.route("/clusters")
 class Clusters(MethodView):
-    @blp.arguments(ClusterListArgs, location="query")
+    @blp.arguments(ClusterListArgs(), location="query")
     @blp.response(200, ClusterPage)
     def get(self, args):
         """List live clusters in id order (keyset pagination)."""
@@ -55,7 +55,7 @@ class Clusters(MethodView):
             items, next_after = services.list_clusters(db_session=db_session, **args)
         return {"items": items, "next_after": next_after}
 
-    @blp.arguments(ClusterCreate)
+    @blp.arguments(ClusterCreate())
     @blp.response(201, ClusterOut, description="Created")
     @blp.alt_response(200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)")
     @blp.problem(409, "The ID exists with different immutable fields (id_conflict)")
@@ -64,7 +64,7 @@ class Clusters(MethodView):
         """Create a cluster with the caller's ID, or return the one that has it."""
         with transaction() as db_session:
             row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
-        return created_or_replayed(row, created, url_for("clusters.Cluster", cluster_id=row["id"]))
+        return created_or_replayed(row, created)
 
 
 @blp.route("/clusters/<object_id:cluster_id>")
@@ -77,7 +77,7 @@ class Cluster(MethodView):
         with transaction() as db_session:
             return services.get_cluster(db_session=db_session, cluster_id=cluster_id)
 
-    @blp.arguments(ClusterUpdate)
+    @blp.arguments(ClusterUpdate())
     @blp.response(200, ClusterOut, description="The current state, whether applied or stale")
     @blp.problem(404, "Never existed")
     @blp.problem(410, "Deleted")
@@ -99,7 +99,7 @@ class Cluster(MethodView):
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
 class FirewallRules(MethodView):
-    @blp.arguments(PageArgs, location="query")
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, FirewallRulePage)
     @blp.problem(404, "No such cluster")
     @blp.problem(410, "The cluster was deleted")
@@ -109,7 +109,7 @@ class FirewallRules(MethodView):
             items, next_after = services.list_firewall_rules(db_session=db_session, cluster_id=cluster_id, **args)
         return {"items": items, "next_after": next_after}
 
-    @blp.arguments(FirewallRuleCreate)
+    @blp.arguments(FirewallRuleCreate())
     @blp.response(201, FirewallRuleOut, description="Created")
     @blp.alt_response(200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)")
     @blp.problem(404, "No such cluster")
@@ -119,8 +119,7 @@ class FirewallRules(MethodView):
         """Create a firewall rule with the caller's ID, or return the one that has it."""
         with transaction() as db_session:
             row, created = services.create_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_in=rule_in)
-        location = url_for("clusters.FirewallRule", cluster_id=cluster_id, rule_id=row["id"])
-        return created_or_replayed(row, created, location)
+        return created_or_replayed(row, created)
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
@@ -133,7 +132,7 @@ class FirewallRule(MethodView):
         with transaction() as db_session:
             return services.get_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
 
-    @blp.arguments(FirewallRuleUpdate)
+    @blp.arguments(FirewallRuleUpdate())
     @blp.response(200, FirewallRuleOut, description="The current state, whether applied or stale")
     @blp.problem(404, "Never existed")
     @blp.problem(410, "Deleted")

@@ -48,12 +48,12 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     settings = settings or Settings.from_env()
     database = settings.database()
 
-    def authenticate(api_key: str):
-        with database.sessionmaker() as db_session:
-            return services.authenticate(db_session=db_session, api_key=api_key)
-
     app, api = create_service_app(
-        __name__, title="platform_svc", database=database, authenticate=authenticate, testing=testing
+        __name__,
+        title="platform_svc",
+        database=database,
+        authenticate=services.Authenticator(database),
+        testing=testing,
     )
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY))
     api.register_blueprint(blp)

@@ -74,7 +74,7 @@ def create_account(name: str, as_json: bool) -> None:
     if not 1 <= len(name) <= 100:
         raise click.BadParameter("must be 1 to 100 characters", param_hint="NAME")
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    with database.sessionmaker.begin() as db_session:
+    with database.begin() as db_session:
         account_id, api_key = services.create_account(db_session=db_session, name=name)
     if as_json:
         click.echo(json.dumps({"account_id": str(account_id), "api_key": api_key}))
@@ -90,7 +90,7 @@ def sync_status(retry_failed: bool) -> None:
     from shared.db import Database
 
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    with database.sessionmaker.begin() as db_session:
+    with database.begin() as db_session:
         for kind in KINDS:
             table = kind.resource.table
             if retry_failed:

@@ -36,7 +36,7 @@ def reconcile_once(pusher: Pusher, settings: ReconcilerSettings = ReconcilerSett
         while True:
             claimed_any = False
             for kind in KINDS:
-                with pusher.database.sessionmaker.begin() as db_session:
+                with pusher.database.begin() as db_session:
                     rows = claim_due(db_session=db_session, kind=kind, limit=settings.batch, lease=settings.lease)
                 if rows:
                     claimed_any = True
@@ -60,7 +60,7 @@ def run(pusher: Pusher, settings: ReconcilerSettings, stop: threading.Event) -> 
 
 
 def count_failed(pusher: Pusher) -> int:
-    with pusher.database.sessionmaker() as db_session:
+    with pusher.database.engine.connect() as db_session:
         return sum(
             db_session.execute(select(func.count()).where(kind.resource.table.c.sync_state == "failed")).scalar_one()
             for kind in KINDS

@@ -5,21 +5,23 @@ down is :mod:`platform_svc.sync`'s business, after the intent is committed.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import secrets
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import uuid6
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import Session
 
 from platform_svc.models import Account
+from shared.db import Database
 from shared.errors import Conflict, Gone, IdConflict
 from shared.idempotent import Resource, create_or_return, get_live, list_live, soft_delete
 
@@ -32,24 +34,44 @@ def new_id() -> uuid.UUID:
 # Accounts ------------------------------------------------------------------
 
 
-def create_account(*, db_session: Session, name: str) -> tuple[uuid.UUID, str]:
+def create_account(*, db_session: Connection, name: str) -> tuple[uuid.UUID, str]:
     """Create an account; return its id and its API key, which is never stored."""
     key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
     account_id = new_id()
-    db_session.add(Account(id=account_id, name=name, key_id=key_id, key_hash=_hash(secret)))
-    db_session.flush()
+    db_session.execute(insert(Account).values(id=account_id, name=name, key_id=key_id, key_hash=_hash(secret)))
     return account_id, f"{key_id}.{secret}"
 
 
-def authenticate(*, db_session: Session, api_key: str) -> uuid.UUID | None:
-    """The account holding ``api_key``, or None."""
-    key_id, _, secret = api_key.partition(".")
-    if not key_id or not secret:
-        return None
-    row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
-    if row is None or not hmac.compare_digest(row.key_hash, _hash(secret)):
-        return None
-    return row.id
+class Authenticator:
+    """Maps an API key to its account.
+
+    The row found by the key's public id is kept for a minute (accounts and
+    keys never change), so most requests skip a database round trip; the
+    secret's hash is compared in constant time on every request all the same.
+    """
+
+    TTL = 60.0
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._rows: dict[str, tuple[float, uuid.UUID, str]] = {}
+
+    def __call__(self, api_key: str) -> uuid.UUID | None:
+        key_id, _, secret = api_key.partition(".")
+        if not key_id or not secret:
+            return None
+        cached = self._rows.get(key_id)
+        if cached is None or cached[0] < time.monotonic():
+            with self.database.engine.connect() as db_session:
+                row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
+            if row is None:
+                return None
+            if len(self._rows) >= self.MAX_ENTRIES:
+                self._rows.clear()
+            cached = self._rows[key_id] = (time.monotonic() + self.TTL, row.id, row.key_hash)
+        _, account_id, key_hash = cached
+        return account_id if hmac.compare_digest(key_hash, _hash(secret)) else None
 
 
 def _hash(secret: str) -> str:
@@ -61,7 +83,7 @@ def _hash(secret: str) -> str:
 
 def create_object(
     *,
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     values: Mapping[str, Any],
     idempotency_key: str | None,
@@ -80,7 +102,7 @@ def create_object(
         **values,
         "idempotency_key": idempotency_key,
         "request_fingerprint": _fingerprint(values) if idempotency_key else None,
-        "lease_until": func.now() + lease,
+        "lease_until": _lease_until(lease),
     }
     conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
     try:
@@ -91,12 +113,18 @@ def create_object(
         ) from None
 
 
+@functools.lru_cache(maxsize=8)
+def _lease_until(lease: timedelta) -> Any:
+    """``now() + lease`` as one reused expression, so the INSERT is built once."""
+    return func.now() + lease
+
+
 def _fingerprint(values: Mapping[str, Any]) -> str:
     canonical = json.dumps(values, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def get_object(*, db_session: Session, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any) -> RowMapping:
+def get_object(*, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any) -> RowMapping:
     """:raise NotFound: not this account's (or no such object). :raise Gone: deleted."""
     return get_live(
         db_session=db_session, resource=resource, object_id=object_id, scope={"account_id": account_id, **scope}
@@ -104,14 +132,14 @@ def get_object(*, db_session: Session, resource: Resource, account_id: uuid.UUID
 
 
 def list_objects(
-    *, db_session: Session, resource: Resource, filters: Mapping[str, Any], limit: int, after: Any
+    *, db_session: Connection, resource: Resource, filters: Mapping[str, Any], limit: int, after: Any
 ) -> tuple[Sequence[RowMapping], Any]:
     return list_live(db_session=db_session, resource=resource, filters=filters, limit=limit, after=after)
 
 
 def update_object(
     *,
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     account_id: uuid.UUID,
     object_id: Any,
@@ -137,7 +165,7 @@ def update_object(
 
 
 def delete_object(
-    *, db_session: Session, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any
+    *, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any
 ) -> RowMapping:
     """Record the delete (children too); it is pushed down afterwards.
 
@@ -149,7 +177,7 @@ def delete_object(
     return _read(db_session, resource, object_id)
 
 
-def claim(*, db_session: Session, resource: Resource, object_id: Any, lease: timedelta) -> RowMapping | None:
+def claim(*, db_session: Connection, resource: Resource, object_id: Any, lease: timedelta) -> RowMapping | None:
     """Take the push lease on one row unless another pusher holds it.
 
     A failed row is not claimed: its failure waits for an operator
@@ -171,7 +199,7 @@ def claim(*, db_session: Session, resource: Resource, object_id: Any, lease: tim
     return db_session.execute(stmt).mappings().first()
 
 
-def _read(db_session: Session, resource: Resource, object_id: Any) -> RowMapping:
+def _read(db_session: Connection, resource: Resource, object_id: Any) -> RowMapping:
     return db_session.execute(select(resource.table).where(resource.table.c.id == object_id)).mappings().one()
 
 

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import Connection, and_, exists, func, or_, select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import Session
 
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
 from shared.client import Answer, InternalClient, Outcome
@@ -107,7 +106,7 @@ def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
 
 
 def record(
-    *, db_session: Session, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
+    *, db_session: Connection, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
 ) -> RowMapping:
     """Store the outcome of a push and release the lease; return the new row.
 
@@ -138,7 +137,7 @@ def record(
     return db_session.execute(stmt).mappings().one()
 
 
-def claim_due(*, db_session: Session, kind: Kind, limit: int, lease: timedelta) -> list[RowMapping]:
+def claim_due(*, db_session: Connection, kind: Kind, limit: int, lease: timedelta) -> list[RowMapping]:
     """Lease up to ``limit`` rows that are due, skipping rows others have locked.
 
     ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
@@ -164,7 +163,7 @@ def claim_due(*, db_session: Session, kind: Kind, limit: int, lease: timedelta) 
     return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
 
 
-def requeue_failed(*, db_session: Session, kind: Kind) -> int:
+def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
     """Put every failed row back in line (after an operator fixed the cause)."""
     table = kind.resource.table
     stmt = (
@@ -187,20 +186,27 @@ class Pusher:
         """Inline: the caller has committed ``row`` and holds its lease."""
         if kind.resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(row):
             return self._release(kind, row)  # a rule waits for its cluster; the reconciler will push it
-        return self._push_and_record(kind, row, inline=True)
+        answer = self._push(kind, row)
+        with self.database.begin() as db_session:
+            return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=True)
 
     def push_many(self, kind: Kind, rows: list[RowMapping], pool: ThreadPoolExecutor) -> list[RowMapping]:
-        return list(pool.map(lambda row: self._push_and_record(kind, row, inline=False), rows))
+        """Push a claimed batch concurrently, then record every answer in one transaction."""
+        answers = list(pool.map(lambda row: self._push(kind, row), rows))
+        with self.database.begin() as db_session:
+            return [
+                record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=False)
+                for row, answer in zip(rows, answers)
+            ]
 
-    def _push_and_record(self, kind: Kind, row: RowMapping, *, inline: bool) -> RowMapping:
+    def _push(self, kind: Kind, row: RowMapping) -> Answer:
         answer = push(self.client, kind, row)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
-        with self.database.sessionmaker.begin() as db_session:
-            return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=inline)
+        return answer
 
     def _parent_confirmed(self, row: RowMapping) -> bool:
-        with self.database.sessionmaker() as db_session:
+        with self.database.engine.connect() as db_session:
             return bool(
                 db_session.execute(
                     select(Cluster.synced_generation > 0).where(Cluster.id == row["cluster_id"])
@@ -209,6 +215,6 @@ class Pusher:
 
     def _release(self, kind: Kind, row: RowMapping) -> RowMapping:
         table = kind.resource.table
-        with self.database.sessionmaker.begin() as db_session:
+        with self.database.begin() as db_session:
             stmt = update(table).where(table.c.id == row["id"]).values(lease_until=None).returning(*table.c)
             return db_session.execute(stmt).mappings().one()

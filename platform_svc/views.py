@@ -3,13 +3,12 @@ committed in one, then pushed down, and the outcome recorded in another."""
 from __future__ import annotations
 
 from datetime import timedelta
-from collections.abc import Callable
 from typing import Any
 
-from flask import Response, current_app, g, request, url_for
+from flask import Response, current_app, g, request
 from flask.views import MethodView
+from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import Session
 
 from platform_svc import services
 from platform_svc.schemas import (
@@ -23,7 +22,7 @@ from platform_svc.schemas import (
     FirewallRulePatch,
 )
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
-from shared.api import Blueprint
+from shared.api import Blueprint, created_location
 from shared.db import transaction
 from shared.errors import ValidationFailed
 from shared.schemas import PageArgs
@@ -56,9 +55,7 @@ def pusher():
     return current_app.extensions["pusher"]
 
 
-def create_and_push(
-    kind: Kind, values: dict[str, Any], location: Callable[[RowMapping], str]
-) -> tuple[RowMapping, int, dict[str, str]]:
+def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
     """Commit the new row (with its lease), then push it at once; 200 for a key replay."""
     with transaction() as db_session:
         row, created = services.create_object(
@@ -69,12 +66,12 @@ def create_and_push(
             lease=INLINE_LEASE,
         )
     if not created:
-        return row, 200, {"Location": location(row), "Idempotent-Replayed": "true"}
+        return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
     row = pusher().push_now(kind, row)
-    return row, 201, {"Location": location(row)}
+    return row, 201, {"Location": created_location(row["id"])}
 
 
-def claim_for_push(kind: Kind, row: RowMapping, db_session: Session) -> RowMapping | None:
+def claim_for_push(kind: Kind, row: RowMapping, db_session: Connection) -> RowMapping | None:
     """Within the caller's transaction: take the lease if free (else the reconciler pushes)."""
     return services.claim(db_session=db_session, resource=kind.resource, object_id=row["id"], lease=INLINE_LEASE)
 
@@ -92,7 +89,7 @@ def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
 
 @blp.route("/clusters")
 class Clusters(MethodView):
-    @blp.arguments(PageArgs, location="query")
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, ClusterPage)
     def get(self, args):
         """List your live clusters, oldest first."""
@@ -102,7 +99,7 @@ class Clusters(MethodView):
             )
         return {"items": items, "next_after": next_after}
 
-    @blp.arguments(ClusterCreate)
+    @blp.arguments(ClusterCreate())
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
     @blp.response(201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)")
     @blp.alt_response(200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body")
@@ -110,7 +107,7 @@ class Clusters(MethodView):
     def post(self, cluster_in):
         """Create a cluster; it gets a UUIDv7 and is pushed down to cluster_svc."""
         values = {**cluster_in, "account_id": g.principal}
-        return create_and_push(CLUSTER, values, lambda row: url_for("public.Cluster", cluster_id=row["id"]))
+        return create_and_push(CLUSTER, values)
 
 
 @blp.route("/clusters/<object_id:cluster_id>")
@@ -158,7 +155,7 @@ class Cluster(MethodView):
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
 class FirewallRules(MethodView):
-    @blp.arguments(PageArgs, location="query")
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, FirewallRulePage)
     @blp.problem(404, "No such cluster in your account")
     def get(self, args, cluster_id):
@@ -172,7 +169,7 @@ class FirewallRules(MethodView):
             )
         return {"items": items, "next_after": next_after}
 
-    @blp.arguments(FirewallRuleCreate)
+    @blp.arguments(FirewallRuleCreate())
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
     @blp.response(201, FirewallRuleOut, description="Created")
     @blp.alt_response(200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body")
@@ -188,9 +185,7 @@ class FirewallRules(MethodView):
                 db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
             )
         values = {**rule_in, "cluster_id": cluster_id, "account_id": g.principal}
-        return create_and_push(
-            FIREWALL_RULE, values, lambda row: url_for("public.FirewallRule", cluster_id=cluster_id, rule_id=row["id"])
-        )
+        return create_and_push(FIREWALL_RULE, values)
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")

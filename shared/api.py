@@ -14,8 +14,8 @@ from typing import Any
 
 import flask_smorest
 from flask import Flask, g, request
-from werkzeug.exceptions import UnprocessableEntity, UnsupportedMediaType
 from webargs.flaskparser import FlaskParser
+from werkzeug.exceptions import UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
 from shared.db import Database
@@ -71,6 +71,11 @@ class Blueprint(flask_smorest.Blueprint):
     def problem(self, status: int, description: str):
         """Document an error answer of a route, as problem+json."""
         return self.alt_response(status, schema=ProblemSchema, content_type=PROBLEM_JSON, description=description)
+
+
+def created_location(object_id: Any) -> str:
+    """The Location of an object just created by a POST to its collection."""
+    return f"{request.path.rstrip('/')}/{object_id}"
 
 
 class ObjectIdConverter(BaseConverter):

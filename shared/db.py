@@ -1,10 +1,12 @@
 """Database engine, sessions and transactions.
 
-Services receive a session as the keyword argument ``db_session`` and never
-commit. Each transaction has one owner, which opens and ends it in a single
-``with`` block: a view (``with transaction() as db_session:``), the reconciler,
-or a CLI command (``with database.sessionmaker.begin() as db_session:``). The
-block commits when it ends normally and rolls back when it raises. A view
+Services receive the transaction's connection as the keyword argument
+``db_session`` and never commit. Each transaction has one owner, which opens
+and ends it in a single ``with`` block: a view (``with transaction() as
+db_session:``), the pusher, or a CLI command (``with database.begin() as
+db_session:``). The block commits when it ends normally and rolls back when
+it raises. The services speak SQLAlchemy Core (statements, not the ORM unit
+of work), so a Core connection is all they need; an ORM Session works too. A view
 commits before it returns, so a failed commit becomes a 500 rather than a 201
 for a row that was never stored, and a view that answers an error after
 writing (a DELETE of an unknown ID records a tombstone, then answers 404)
@@ -13,12 +15,11 @@ still keeps what it wrote.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from flask import Flask, current_app
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.orm import Session, sessionmaker
-
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.orm import sessionmaker
 
 # Constraint names both services' models use, so migrations name them stably.
 NAMING_CONVENTION = {
@@ -38,12 +39,18 @@ class Database:
             url,
             pool_size=pool_size,
             max_overflow=max_overflow,
-            pool_pre_ping=True,
-            # A restarted PostgreSQL leaves dead pooled connections; recycle them
-            # rather than fail the first request after the restart.
+            # No pre-ping: it costs a round trip on every checkout, a third of a
+            # create's wall time under load. After a PostgreSQL restart the first
+            # use of each dead connection fails (a 500, which every caller
+            # retries: each call is idempotent), and SQLAlchemy then discards
+            # the whole stale pool at once.
             pool_recycle=1800,
         )
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    def begin(self) -> AbstractContextManager[Connection]:
+        """A connection in a transaction, committed when the block ends normally."""
+        return self.engine.begin()
 
     def init_app(self, app: Flask) -> None:
         app.extensions["database"] = self
@@ -53,7 +60,7 @@ class Database:
 
 
 @contextmanager
-def transaction() -> Iterator[Session]:
+def transaction() -> Iterator[Connection]:
     """One transaction on the current app's database, committed at the end of the block."""
-    with current_app.extensions["database"].sessionmaker.begin() as db_session:
+    with current_app.extensions["database"].begin() as db_session:
         yield db_session

@@ -17,14 +17,14 @@ waits for the first to commit, then finds its row.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, func, literal, select, update
+from sqlalchemy import Connection, Table, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement
 
 from shared.errors import Gone, IdConflict, NotFound
@@ -63,7 +63,7 @@ class Deletion(enum.Enum):
 
 def create_or_return(
     *,
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     values: Mapping[str, Any],
     conflict_on: Sequence[str] = ("id",),
@@ -77,27 +77,14 @@ def create_or_return(
     :raise NotFound: the parent does not exist.
     :raise IdConflict: the ID exists with different immutable fields.
     """
-    table = resource.table
-    if resource.parent is None:
-        stmt = insert(table).values(**values)
-    else:
-        # Insert only while the parent is alive, holding a share lock on it so a
-        # concurrent delete of the parent either waits for this child (and then
-        # tombstones it too) or has already won (and nothing is inserted).
-        parent = resource.parent.table
-        source = (
-            select(*[_as_column(table, name, value) for name, value in values.items()])
-            .where(parent.c.id == values[resource.parent_column], parent.c.deleted_at.is_(None))
-            .with_for_update(read=True)
-        )
-        stmt = insert(table).from_select(list(values), source)
-    stmt = stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in conflict_on]).returning(*table.c)
-    row = db_session.execute(stmt).mappings().first()
+    shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
+    params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
+    row = db_session.execute(_insert_statement(resource, shape, tuple(conflict_on)), params).mappings().first()
     if row is not None:
         return row, True
 
-    key = [table.c[name] == values[name] for name in conflict_on]
-    existing = db_session.execute(select(table).where(*key)).mappings().first()
+    key = {name: values[name] for name in conflict_on}
+    existing = db_session.execute(_select_by(resource, tuple(key)), key).mappings().first()
     if existing is None:
         # Nothing conflicted, so the guarded insert found no live parent (and
         # parents never come back to life, so this raises).
@@ -115,8 +102,44 @@ def create_or_return(
     return existing, False
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_statement(resource: Resource, shape: tuple[tuple[str, Any], ...], conflict_on: tuple[str, ...]) -> Any:
+    """The create's INSERT, built once per resource and set of columns.
+
+    ``shape`` names the columns, each with the SQL expression to store (such
+    as ``now() + interval``) or None for a bound parameter of that name.
+    Building and cache-keying a statement on every request cost a quarter of a
+    create's CPU; a prebuilt one is compiled once and reused.
+    """
+    table = resource.table
+    columns = {
+        name: expression if expression is not None else bindparam(name, type_=table.c[name].type)
+        for name, expression in shape
+    }
+    if resource.parent is None:
+        stmt = insert(table).values(columns)
+    else:
+        # Insert only while the parent is alive, holding a share lock on it so a
+        # concurrent delete of the parent either waits for this child (and then
+        # tombstones it too) or has already won (and nothing is inserted).
+        parent = resource.parent.table
+        source = (
+            select(*[column.label(name) for name, column in columns.items()])
+            .where(parent.c.id == bindparam(resource.parent_column), parent.c.deleted_at.is_(None))
+            .with_for_update(read=True)
+        )
+        stmt = insert(table).from_select(list(columns), source)
+    return stmt.on_conflict_do_nothing(index_elements=[table.c[name] for name in conflict_on]).returning(*table.c)
+
+
+@functools.lru_cache(maxsize=64)
+def _select_by(resource: Resource, key: tuple[str, ...]) -> Any:
+    table = resource.table
+    return select(table).where(*[table.c[name] == bindparam(name) for name in key])
+
+
 def get_live(
-    *, db_session: Session, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+    *, db_session: Connection, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
 ) -> RowMapping:
     """The object, if it exists, is alive and lies within ``scope``.
 
@@ -131,7 +154,7 @@ def get_live(
 
 def apply_update(
     *,
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     object_id: Any,
     generation: int,
@@ -165,7 +188,7 @@ def apply_update(
 
 
 def mark_deleted(
-    *, db_session: Session, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+    *, db_session: Connection, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
 ) -> Deletion:
     """Turn the object into a tombstone, with its children; say what it was.
 
@@ -196,7 +219,7 @@ def mark_deleted(
 
 def list_live(
     *,
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     filters: Mapping[str, Any],
     limit: int,
@@ -213,7 +236,7 @@ def list_live(
     return rows, None
 
 
-def soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> bool:
+def soft_delete(db_session: Connection, resource: Resource, where: list[Any]) -> bool:
     """Tombstone the live row matching ``where``, and its children; False if none was alive."""
     table = resource.table
     stmt = (
@@ -231,7 +254,7 @@ def soft_delete(db_session: Session, resource: Resource, where: list[Any]) -> bo
 
 
 def _read(
-    db_session: Session,
+    db_session: Connection,
     resource: Resource,
     object_id: Any,
     scope: Mapping[str, Any] | None,
@@ -250,7 +273,7 @@ def _read(
     return row
 
 
-def _require_live_parent(db_session: Session, resource: Resource, parent_id: Any) -> None:
+def _require_live_parent(db_session: Connection, resource: Resource, parent_id: Any) -> None:
     """:raise NotFound: no such parent. :raise Gone: the parent was deleted."""
     parent = resource.parent
     deleted_at = db_session.execute(select(parent.table.c.deleted_at).where(parent.table.c.id == parent_id)).first()
@@ -258,12 +281,6 @@ def _require_live_parent(db_session: Session, resource: Resource, parent_id: Any
         raise NotFound(f"{parent.label(parent_id)} does not exist.")
     if deleted_at[0] is not None:
         raise Gone(f"{parent.label(parent_id)} was deleted.")
-
-
-def _as_column(table: Table, name: str, value: Any) -> Any:
-    if isinstance(value, ClauseElement):  # e.g. now() + interval
-        return value.label(name)
-    return literal(value, type_=table.c[name].type).label(name)
 
 
 def _scope_clauses(table: Table, scope: Mapping[str, Any] | None) -> list[Any]:

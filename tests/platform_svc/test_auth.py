@@ -68,10 +68,11 @@ def test_the_api_key_is_stored_only_as_a_hash(platform_database, platform_engine
 def test_authenticate_maps_a_key_to_its_account(platform_database):
     account_id, api_key = make_account(platform_database)
 
-    with platform_database.sessionmaker() as db_session:
-        assert services.authenticate(db_session=db_session, api_key=api_key) == account_id
-        assert services.authenticate(db_session=db_session, api_key=api_key + "x") is None
-        assert services.authenticate(db_session=db_session, api_key=api_key.partition(".")[2]) is None
+    authenticate = services.Authenticator(platform_database)
+    assert authenticate(api_key) == account_id
+    assert authenticate(api_key + "x") is None  # the row is cached now; the secret still has to match
+    assert authenticate(api_key.partition(".")[2]) is None
+    assert authenticate(api_key) == account_id
 
 
 def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):

@@ -7,8 +7,8 @@ Create Date: 2026-11-20 22:31:14.157756
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.

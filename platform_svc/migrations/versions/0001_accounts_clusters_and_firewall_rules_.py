@@ -7,10 +7,9 @@ Create Date: 2026-11-20 22:35:42.629091
 """
 from typing import Sequence, Union
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 from sqlalchemy.dialects import postgresql
-
 
 # revision identifiers, used by Alembic.
 revision: str = '0001'
