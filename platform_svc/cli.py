@@ -36,8 +36,8 @@ add_service_commands(
 
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
 @click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64))
-@click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Pushes in flight.")
+@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000), help="Rows a worker claims at a time.")
 @fail_fast
 def reconcile(once: bool, concurrency: int, batch: int) -> None:
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,27 +23,47 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReconcilerSettings:
-    batch: int = 100
-    concurrency: int = 8
-    # Longer than one push can take with all its quick retries.
+    batch: int = 10  # rows one worker claims at a time
+    concurrency: int = 8  # workers, so pushes in flight
+    # How long a claim keeps a row; a worker stops pushing its batch before
+    # then, so a row is never pushed by two workers at once.
     lease: timedelta = timedelta(seconds=60)
     idle_interval: float = 1.0
 
 
 def reconcile_once(pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
-    """Drain what is due now; return the sync states the pushed rows reached."""
+    """Drain what is due now; return the sync states the pushed rows reached.
+
+    ``concurrency`` workers each claim, push and record their own small
+    batches, so no worker waits for another's slowest push. A pass ends when
+    no worker finds anything due; a push can make its row due again (a create
+    that found an older generation downstream still needs its update), so
+    passes repeat until one pushes nothing.
+    """
     states: Counter[str] = Counter()
-    with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="push") as pool:
-        while True:
-            claimed_any = False
-            for kind in KINDS:
-                with pusher.database.begin() as db_session:
-                    rows = claim_due(db_session=db_session, kind=kind, limit=settings.batch, lease=settings.lease)
-                if rows:
-                    claimed_any = True
-                    states.update(row["sync_state"] for row in pusher.push_many(kind, rows, pool))
-            if not claimed_any:
-                return states
+    while True:
+        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="push") as pool:
+            workers = [pool.submit(_drain, pusher, settings) for _ in range(settings.concurrency)]
+            pushed = sum((worker.result() for worker in workers), Counter())
+        if not pushed:
+            return states
+        states += pushed
+
+
+def _drain(pusher: Pusher, settings: ReconcilerSettings) -> Counter[str]:
+    """One worker: claim a few due rows, push them, record them; until none is due."""
+    states: Counter[str] = Counter()
+    while True:
+        claimed_any = False
+        for kind in KINDS:
+            with pusher.database.begin() as db_session:
+                rows = claim_due(db_session=db_session, kind=kind, limit=settings.batch, lease=settings.lease)
+            if rows:
+                claimed_any = True
+                deadline = time.monotonic() + settings.lease.total_seconds() * 0.8
+                states.update(row["sync_state"] for row in pusher.push_many(kind, rows, deadline=deadline))
+        if not claimed_any:
+            return states
 
 
 def run(pusher: Pusher, settings: ReconcilerSettings, stop: threading.Event) -> None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -190,13 +190,22 @@ class Pusher:
         with self.database.begin() as db_session:
             return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=True)
 
-    def push_many(self, kind: Kind, rows: list[RowMapping], pool: ThreadPoolExecutor) -> list[RowMapping]:
-        """Push a claimed batch concurrently, then record every answer in one transaction."""
-        answers = list(pool.map(lambda row: self._push(kind, row), rows))
+    def push_many(self, kind: Kind, rows: list[RowMapping], *, deadline: float | None = None) -> list[RowMapping]:
+        """Push a claimed batch in turn, then record every answer in one transaction.
+
+        Rows not reached by ``deadline`` (a ``time.monotonic()`` value, before
+        the lease runs out) are left alone: once their lease has run out,
+        another pusher may take them, and this one must not push them then.
+        """
+        answers = []
+        for row in rows:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            answers.append((row, self._push(kind, row)))
         with self.database.begin() as db_session:
             return [
                 record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=False)
-                for row, answer in zip(rows, answers)
+                for row, answer in answers
             ]
 
     def _push(self, kind: Kind, row: RowMapping) -> Answer:

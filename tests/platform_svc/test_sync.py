@@ -7,7 +7,6 @@ finishes the work.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import requests
@@ -154,6 +153,21 @@ def test_the_reconciler_creates_what_the_inline_push_could_not(offline_client, l
         assert (downstream["team_id"], downstream["name"], downstream["generation"]) == (account[0], cluster["name"], 1)
 
 
+def test_a_pusher_out_of_lease_time_leaves_the_rest_of_its_batch_alone(
+    offline_client, platform_database, platform_engine, live_pusher, downstream_engine
+):
+    """Rows a pusher did not reach before its lease ran short are not pushed by it
+    (another pusher may own them by then); they stay leased, then due again."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    row = claim_one(platform_database, CLUSTER, created["id"])
+
+    assert live_pusher.push_many(CLUSTER, [row], deadline=time.monotonic() - 1) == []
+
+    assert db_row(downstream_engine, "clusters", created["id"]) is None
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert (stored["sync_state"], stored["lease_until"] is not None) == ("pending", True)
+
+
 def test_updates_made_while_unreachable_reach_cluster_svc_at_the_newest_generation(
     offline_client, cluster, live_pusher, downstream_engine
 ):
@@ -266,8 +280,7 @@ def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
     row = claim_one(platform_database, CLUSTER, created["id"])
 
     pusher = dead_pusher(RetryPolicy(base_delay=60, max_delay=60))
-    with ThreadPoolExecutor(1) as pool:
-        [after] = pusher.push_many(CLUSTER, [row], pool)
+    [after] = pusher.push_many(CLUSTER, [row])
 
     assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 1, None)
     assert "connection failed" in after["sync_error"]
@@ -288,8 +301,7 @@ def test_the_reconciler_gives_up_after_its_attempts(offline_client, platform_dat
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
     row = claim_one(platform_database, CLUSTER, created["id"])
 
-    with ThreadPoolExecutor(1) as pool:
-        [after] = dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row], pool)
+    [after] = dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row])
 
     assert after["sync_state"] == "failed"
     assert after["sync_error"].startswith("gave up after 1 attempts")
@@ -299,8 +311,7 @@ def test_the_reconciler_gives_up_after_its_attempts(offline_client, platform_dat
 def give_up_on(platform_database, dead_pusher, object_id):
     """The reconciler's last attempt fails: the row is failed."""
     row = claim_one(platform_database, CLUSTER, object_id)
-    with ThreadPoolExecutor(1) as pool:
-        dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row], pool)
+    dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row])
 
 
 def requeue(platform_database):
@@ -354,8 +365,7 @@ def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_back
     """The user's newest change must not wait out the backoff an older failure set."""
     offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "hobby-0"})  # pending, due
     row = claim_one(platform_database, CLUSTER, cluster["id"])
-    with ThreadPoolExecutor(1) as pool:
-        dead_pusher(RetryPolicy(base_delay=300, max_delay=300)).push_many(CLUSTER, [row], pool)
+    dead_pusher(RetryPolicy(base_delay=300, max_delay=300)).push_many(CLUSTER, [row])
     assert not due_now(platform_engine, "clusters", cluster["id"])
 
     response = offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "memory-8"})
