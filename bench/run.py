@@ -40,6 +40,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -705,4 +706,7 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
 
 
 if __name__ == "__main__":
+    # A SIGTERM (from `timeout`, say) unwinds like Ctrl-C, so every server the
+    # run started is stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(main())
