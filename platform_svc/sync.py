@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, or_, select, update
+from sqlalchemy import Connection, and_, case, exists, func, or_, select, update
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
@@ -114,7 +114,11 @@ def record(
     at once for the reconciler, without spending one of its attempts.
     """
     table = kind.resource.table
-    values: dict[str, Any] = {"lease_until": None}
+    # Release the lease only if it is still ours: a push that outlived it must
+    # not free a row another pusher has claimed since.
+    values: dict[str, Any] = {
+        "lease_until": case((table.c.lease_until == row["lease_until"], None), else_=table.c.lease_until)
+    }
     if answer.outcome is Outcome.DONE:
         values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=func.now())
         if row["deleted_at"] is not None:
@@ -123,7 +127,13 @@ def record(
             confirmed = (answer.body or {}).get("generation", row["generation"])
             values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
     elif answer.outcome is Outcome.PERMANENT:
-        values.update(sync_failed_at=func.now(), sync_error=answer.reason)
+        # Judged on the row as it is now: if it was deleted meanwhile (a 410
+        # because its cluster was deleted, say), the delete is what is wanted
+        # and goes next, so the row stays pending rather than failed.
+        values.update(
+            sync_failed_at=case((table.c.deleted_at.is_(None), func.now()), else_=None),
+            sync_error=answer.reason,
+        )
     elif inline:
         values.update(sync_error=answer.reason, next_attempt_at=func.now())
     else:

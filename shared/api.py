@@ -15,7 +15,7 @@ from typing import Any
 import flask_smorest
 from flask import Flask, g, request
 from webargs.flaskparser import FlaskParser
-from werkzeug.exceptions import UnprocessableEntity, UnsupportedMediaType
+from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
 from shared.db import Database
@@ -148,13 +148,23 @@ def configure(app: Flask, *, title: str, testing: bool) -> None:
 
 
 def require_json_body() -> None:
-    """A body, when sent, must be JSON: say so instead of reporting missing fields.
+    """A body, when sent, must be JSON and at most 1 MiB.
 
-    :raise 415:
+    :raise 415: it is not JSON (said plainly, instead of reporting missing fields).
+    :raise 413: a chunked body ran past the limit. Werkzeug stops reading a body
+        without Content-Length at MAX_CONTENT_LENGTH without complaint, and the
+        cut-off prefix must not be parsed as if it were the whole body.
     """
-    if request.method in ("POST", "PUT", "PATCH") and (request.content_length or request.headers.get("Transfer-Encoding")):
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    chunked = request.content_length is None and bool(request.headers.get("Transfer-Encoding"))
+    if request.content_length or chunked:
         if not request.is_json:
             raise UnsupportedMediaType("Send the request body as JSON with 'Content-Type: application/json'.")
+    if chunked:
+        request.get_data(cache=True)
+        if request.stream.is_exhausted:
+            raise RequestEntityTooLarge()
 
 
 def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:

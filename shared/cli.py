@@ -91,7 +91,7 @@ def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int
             "bind": f"{host}:{port}",
             "workers": workers,
             "threads": threads,
-            "worker_class": "gthread",
+            "worker_class": "shared.gunicorn_worker.ProblemThreadWorker",
             "keepalive": 30,
             "proc_name": name,
             "graceful_timeout": 10,

@@ -25,7 +25,11 @@ def start(pgdata: Path):
 
         # Stopping is ours to do: pgserver's own reference counting leaves the
         # server running for ever once a process holding it was killed.
-        return pgserver.get_server(pgdata, cleanup_mode=None)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        # pgserver hands back its cached handle for a directory it has seen,
+        # even after stop(): make sure the server really runs.
+        server.ensure_postgres_running()
+        return server
 
 
 def stop(server, *, delete: bool = False) -> None:

@@ -87,7 +87,7 @@ class Request:
             except ValueError:
                 payload = None
             if isinstance(payload, dict) and isinstance(payload.get("id"), str):
-                return payload["id"]
+                return payload["id"].lower()
         ids = UUID_IN_PATH.findall(self.path)
         return ids[-1].lower() if ids else None
 
@@ -105,9 +105,7 @@ class Exchange:
 
     seq: int
     request: Request
-    method: str
-    path: str
-    object_id: str | None
+    object_id: str | None  # the request's, worked out once
     fault: Fault
     received: float
     finished: float | None = None  # just before the client's last byte (answer or abort) was sent
@@ -116,6 +114,14 @@ class Exchange:
     body: bytes = b""  # the upstream's answer
     delivered: bool = False  # the answer was written while the client was still connected
     error: str | None = None  # why forwarding failed (upstream down, say)
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    @property
+    def path(self) -> str:
+        return self.request.path
 
     @property
     def forwarded(self) -> bool:
@@ -190,18 +196,22 @@ class Hold:
         self.rule = rule
         self.requests: list[Request] = []
         self.exchanges: list[Exchange] = []
-        self._held = threading.Event()
+        self._held = threading.Condition()
         self._decided = threading.Event()
         self._released = False
         self._done = threading.Condition()
         self._finished = 0
         self._turn = 0  # released requests go upstream one at a time, in order
 
-    def wait_held(self, timeout: float) -> Request:
-        """The first request kept. :raise TimeoutError: none arrived in time."""
-        if not self._held.wait(timeout):
-            raise TimeoutError(f"no request matching {self.rule} arrived within {timeout} s")
-        return self.requests[0]
+    def wait_held(self, timeout: float, count: int = 1) -> Request:
+        """Wait until ``count`` requests are kept (the first and its retries); return the first.
+
+        :raise TimeoutError:
+        """
+        with self._held:
+            if not self._held.wait_for(lambda: len(self.requests) >= count, timeout):
+                raise TimeoutError(f"{len(self.requests)} of {count} requests held after {timeout} s: {self.rule}")
+            return self.requests[0]
 
     def release(self) -> None:
         """Forward what is held, and anything that is the same again later."""
@@ -232,9 +242,10 @@ class Hold:
         return (request.method, request.target, request.body) == (first.method, first.target, first.body)
 
     def _add(self, request: Request, exchange: Exchange) -> int:
-        self.requests.append(request)
-        self.exchanges.append(exchange)
-        self._held.set()
+        with self._held:
+            self.requests.append(request)
+            self.exchanges.append(exchange)
+            self._held.notify_all()
         return len(self.requests) - 1
 
     def _finish(self) -> None:
@@ -472,8 +483,6 @@ class FaultProxy:
             exchange = Exchange(
                 seq=len(self._log),
                 request=request,
-                method=request.method,
-                path=request.path,
                 object_id=request.object_id,
                 fault=fault,
                 received=time.monotonic(),

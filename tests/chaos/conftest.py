@@ -1,0 +1,83 @@
+"""Fixtures of the chaos suite: its size, its seed, a pair of services per
+module, and the table of figures printed at the end of the run.
+
+``CHAOS_SCALE=full`` runs every scenario at full size (``make chaos``); the
+default, ``ci``, keeps ``make test`` quick. ``CHAOS_SEED=N`` replays a run's
+faults and data; a failing test prints the seed it ran with.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from shared.testing import fresh_database
+from tests.chaos.convergence import Figures, render
+from tests.chaos.harness import Pair, scale_from_env
+
+SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**31))
+FIGURES = pytest.StashKey[list[Figures]]()
+
+
+def seed_for(name: str) -> int:
+    """A seed of its own for each use, all derived from the run's seed."""
+    return random.Random(f"{SEED}:{name}").randrange(2**31)
+
+
+@pytest.fixture(scope="session")
+def scale():
+    return scale_from_env()
+
+
+@pytest.fixture
+def rng(request):
+    """Randomness for the test's data, replayable from the run's seed."""
+    return random.Random(seed_for(request.node.nodeid))
+
+
+@pytest.fixture(scope="module")
+def pair(pg_server_url, tmp_path_factory, request):
+    """Both services as processes on fresh databases, with the fault proxy between them."""
+    workdir = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    pair = Pair(
+        platform_db_url=fresh_database(pg_server_url, "chaos_platform"),
+        cluster_db_url=fresh_database(pg_server_url, "chaos_cluster"),
+        workdir=workdir,
+    )
+    try:
+        yield pair.start()
+    finally:
+        pair.stop()
+
+
+@pytest.fixture
+def figures(request) -> list[Figures]:
+    """Append one :class:`Figures` per scenario; they are printed after the run."""
+    return request.config.stash.setdefault(FIGURES, [])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.sections.append(
+            ("chaos replay", f"CHAOS_SEED={SEED} CHAOS_SCALE={scale_from_env().name} (test {item.nodeid})")
+        )
+        pair = item.funcargs.get("pair")
+        if isinstance(pair, Pair):
+            report.sections.append(("chaos process logs", pair.logs()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    rows = config.stash.get(FIGURES, [])
+    if rows:
+        terminalreporter.write_sep("=", "chaos figures")
+        name = scale_from_env().name
+        header = (
+            f"scale {name}, seed {SEED} (replay: CHAOS_SEED={SEED} CHAOS_SCALE={name})\n"
+            "objects as live/deleted, counted in each scenario's databases; deleted in cluster_svc means a"
+            " tombstone (or a rule its deleted cluster answers for)"
+        )
+        terminalreporter.write_line(render(rows, header))
