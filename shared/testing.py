@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import requests
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 
 from shared import embedded_pg
 
@@ -121,3 +121,21 @@ class StatementCounter:
             yield self.statements
         finally:
             event.remove(self.engine, "before_cursor_execute", self._record)
+
+
+def assert_problem(response, status: int, code: str) -> dict:
+    """The Flask test response is an RFC 9457 problem document with this status and code."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    body = response.get_json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["type"] and body["title"] and body["detail"]
+    return body
+
+
+def db_row(engine: Engine, table: str, object_id: object) -> dict | None:
+    """The stored row (as a dict) or None; ``table`` is a trusted literal."""
+    with engine.connect() as conn:
+        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
+    return None if row is None else dict(row)

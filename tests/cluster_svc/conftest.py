@@ -3,7 +3,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import text
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
@@ -77,21 +76,3 @@ def rule(client, cluster):
     response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body())
     assert response.status_code == 201
     return response.get_json()
-
-
-def assert_problem(response, status, code):
-    """The response is an RFC 9457 problem document with this status and code."""
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == "application/problem+json"
-    body = response.get_json()
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"] and body["title"] and body["detail"]
-    return body
-
-
-def db_row(engine, table, object_id):
-    """The stored row (as a dict) or None; ``table`` is a trusted literal."""
-    with engine.connect() as conn:
-        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
-    return None if row is None else dict(row)

@@ -6,7 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from tests.cluster_svc.conftest import assert_problem, cluster_body, db_row, rule_body
+from shared.testing import assert_problem, db_row
+from tests.cluster_svc.conftest import cluster_body, rule_body
 
 FIELDS = (
     "id", "team_id", "name", "region", "postgres_version", "plan", "storage_gb",

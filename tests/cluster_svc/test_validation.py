@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from tests.cluster_svc.conftest import TOKEN, assert_problem, cluster_body, db_row, rule_body
+from shared.testing import assert_problem, db_row
+from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 
 NIL = "00000000-0000-0000-0000-000000000000"
 SOME = "3f1c2a7e-9b4d-4c1a-8e2f-5a6b7c8d9e0f"  # a valid UUID nobody uses

@@ -9,14 +9,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app, services
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.cli import migrate
 from shared.db import Database
-from shared.testing import LiveServer, console_script, fresh_database, free_port
+from shared.testing import LiveServer, console_script, free_port, fresh_database
 
 TOKEN = "platform-tests-internal-token"
 
@@ -161,24 +161,6 @@ def rule(client, cluster):
     assert response.status_code == 201, response.get_data(as_text=True)
     assert response.get_json()["sync_state"] == "synced"
     return response.get_json()
-
-
-def assert_problem(response, status, code):
-    """The response is an RFC 9457 problem document with this status and code."""
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == "application/problem+json"
-    body = response.get_json()
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"] and body["title"] and body["detail"]
-    return body
-
-
-def db_row(engine, table, object_id):
-    """The stored row (as a dict) or None; ``table`` is a trusted literal."""
-    with engine.connect() as conn:
-        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
-    return None if row is None else dict(row)
 
 
 def is_uuid7(value):

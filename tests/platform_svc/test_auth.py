@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc import services
-from shared.testing import console_script
-from tests.platform_svc.conftest import assert_problem, authed_client, cluster_body, make_account
+from shared.testing import assert_problem, console_script
+from tests.platform_svc.conftest import authed_client, cluster_body, make_account
 
 
 @pytest.mark.parametrize(

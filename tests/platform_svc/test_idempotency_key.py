@@ -7,7 +7,8 @@ from collections import Counter
 
 from sqlalchemy import text
 
-from tests.platform_svc.conftest import assert_problem, authed_client, cluster_body, rule_body
+from shared.testing import assert_problem
+from tests.platform_svc.conftest import authed_client, cluster_body, rule_body
 
 
 def rows_with_key(engine, table, account_id, key):

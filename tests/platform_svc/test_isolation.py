@@ -1,7 +1,8 @@
 """An account never sees or touches another account's objects: 404, as if absent."""
 from __future__ import annotations
 
-from tests.platform_svc.conftest import assert_problem, cluster_body, db_row, rule_body
+from shared.testing import assert_problem, db_row
+from tests.platform_svc.conftest import cluster_body, rule_body
 
 
 def test_another_account_cannot_see_or_touch_a_cluster(client, other_client, cluster, downstream_engine):

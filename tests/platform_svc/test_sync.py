@@ -15,13 +15,8 @@ from sqlalchemy import text
 from platform_svc import services
 from platform_svc.reconciler import count_failed, reconcile_once
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, RetryPolicy, claim_due, requeue_failed
-from tests.platform_svc.conftest import (
-    TOKEN,
-    assert_problem,
-    cluster_body,
-    db_row,
-    rule_body,
-)
+from shared.testing import assert_problem, db_row
+from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
 
 def due_now(engine, table, object_id):

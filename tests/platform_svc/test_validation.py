@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from tests.platform_svc.conftest import assert_problem, cluster_body, rule_body
+from shared.testing import assert_problem
+from tests.platform_svc.conftest import cluster_body, rule_body
 
 
 def count_rows(engine, table, account_id):
