@@ -10,6 +10,7 @@ services send in the one envelope.
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
@@ -23,11 +24,15 @@ _CODES = {
     417: "expectation_failed",
     431: "request_header_fields_too_large",
     500: "internal_error",
-    501: "not_implemented",
 }
 
 
 def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
+    if status_int == 501:
+        # gunicorn's answer to a Transfer-Encoding it does not support: the
+        # client's request is at fault, and no client input may cause a 5xx.
+        status_int = 400
+    reason = HTTPStatus(status_int).phrase
     code = _CODES.get(status_int, "bad_request")
     detail = mesg if status_int < 500 else "The server failed to handle this request; it has been logged."
     body = json.dumps(

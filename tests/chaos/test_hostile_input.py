@@ -379,6 +379,8 @@ MALFORMED = {
     + b"{auth}\r\n",
     "bad bytes in the request line": b"GET /v1/clusters?limit=\xff HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
     "a request line of 10 KB": b"GET /v1/clusters?after=" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n{auth}\r\n",
+    "an unsupported Transfer-Encoding": b"POST /v1/clusters HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Transfer-Encoding: br\r\n{auth}\r\n{}",
 }
 
 
