@@ -127,13 +127,14 @@ def record(
             confirmed = (answer.body or {}).get("generation", row["generation"])
             values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
     elif answer.outcome is Outcome.PERMANENT:
-        # Judged on the row as it is now: if it was deleted meanwhile (a 410
-        # because its cluster was deleted, say), the delete is what is wanted
-        # and goes next, so the row stays pending rather than failed.
-        values.update(
-            sync_failed_at=case((table.c.deleted_at.is_(None), func.now()), else_=None),
-            sync_error=answer.reason,
-        )
+        # A create or update refused because the row was deleted meanwhile (a
+        # 410 because its cluster was deleted, say) is judged on the row as it
+        # is now: the delete is what is wanted and goes next, so the row stays
+        # pending. A refused delete is a failure like any other.
+        failed_at = func.now()
+        if row["deleted_at"] is None:
+            failed_at = case((table.c.deleted_at.is_(None), func.now()), else_=None)
+        values.update(sync_failed_at=failed_at, sync_error=answer.reason)
     elif inline:
         values.update(sync_error=answer.reason, next_attempt_at=func.now())
     else:

@@ -6,15 +6,18 @@ finishes the work.
 """
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import requests
 from sqlalchemy import text
 
 from platform_svc import services
 from platform_svc.reconciler import count_failed, reconcile_once
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, RetryPolicy, claim_due, requeue_failed
+from platform_svc.sync import CLUSTER, FIREWALL_RULE, Pusher, RetryPolicy, claim_due, requeue_failed
+from shared.client import ClientPolicy, InternalClient
 from shared.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
@@ -266,6 +269,42 @@ def test_an_id_conflict_downstream_marks_the_row_failed_and_is_not_retried(
     assert count_failed(live_pusher) >= 1
     assert created["id"] not in claimed_ids(platform_database, CLUSTER)
     assert db_row(downstream_engine, "clusters", created["id"])["region"] == "us-east-1"  # nothing overwritten
+
+
+class _Refuses(BaseHTTPRequestHandler):
+    """A downstream that refuses every call with a permanent 422."""
+
+    def _refuse(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"code": "validation_error", "detail": "refused"}'
+        self.send_response(422)
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PUT = do_DELETE = _refuse
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_delete_refused_for_good_is_failed_not_retried_in_a_loop(offline_client, platform_database, platform_engine):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = InternalClient(f"http://127.0.0.1:{server.server_port}", TOKEN, ClientPolicy(retries=0))
+    try:
+        reconcile_once(Pusher(platform_database, client))
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert stored["sync_state"] == "failed"
+    assert "DELETE" in stored["sync_error"] and "422" in stored["sync_error"]
 
 
 def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
