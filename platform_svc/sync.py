@@ -16,6 +16,7 @@ keep it safe:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -24,7 +25,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, exists, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Interval,
+    String,
+    Table,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
@@ -113,39 +128,60 @@ def record(
     An inline push is a bonus attempt: its transient failure leaves the row due
     at once for the reconciler, without spending one of its attempts.
     """
-    table = kind.resource.table
-    # Release the lease only if it is still ours: a push that outlived it must
-    # not free a row another pusher has claimed since.
-    values: dict[str, Any] = {
-        "lease_until": case((table.c.lease_until == row["lease_until"], None), else_=table.c.lease_until)
-    }
+    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": answer.reason}
     if answer.outcome is Outcome.DONE:
-        values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=func.now())
         if row["deleted_at"] is not None:
-            values["delete_synced_at"] = func.now()
+            change = "delete_confirmed"
         else:
-            confirmed = (answer.body or {}).get("generation", row["generation"])
-            values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
+            change = "confirmed"
+            params["b_confirmed"] = (answer.body or {}).get("generation", row["generation"])
     elif answer.outcome is Outcome.PERMANENT:
         # A create or update refused because the row was deleted meanwhile (a
         # 410 because its cluster was deleted, say) is judged on the row as it
         # is now: the delete is what is wanted and goes next, so the row stays
         # pending. A refused delete is a failure like any other.
-        failed_at = func.now()
-        if row["deleted_at"] is None:
-            failed_at = case((table.c.deleted_at.is_(None), func.now()), else_=None)
-        values.update(sync_failed_at=failed_at, sync_error=answer.reason)
+        change = "failed" if row["deleted_at"] is not None else "failed_unless_deleted"
     elif inline:
-        values.update(sync_error=answer.reason, next_attempt_at=func.now())
+        change = "due_now"
     else:
-        attempts = row["attempts"] + 1
-        values.update(attempts=attempts, sync_error=answer.reason)
+        params["b_attempts"] = attempts = row["attempts"] + 1
         if attempts >= retry.max_attempts:
-            values.update(sync_failed_at=func.now(), sync_error=f"gave up after {attempts} attempts: {answer.reason}")
+            change = "gave_up"
+            params["b_reason"] = f"gave up after {attempts} attempts: {answer.reason}"
         else:
-            values["next_attempt_at"] = func.now() + retry.delay(attempts)
-    stmt = update(table).where(table.c.id == row["id"]).values(**values).returning(*table.c)
-    return db_session.execute(stmt).mappings().one()
+            change = "retry_later"
+            params["b_delay"] = retry.delay(attempts)
+    return db_session.execute(_record_statement(kind.resource.table, change), params).mappings().one()
+
+
+@functools.lru_cache(maxsize=None)
+def _record_statement(table: Table, change: str) -> Any:
+    """The UPDATE that records one kind of outcome, built once (bound parameters ``b_*``)."""
+    now = func.now()
+    values: dict[str, Any] = {
+        # Release the lease only if it is still ours: a push that outlived it
+        # must not free a row another pusher has claimed since.
+        "lease_until": case((table.c.lease_until == bindparam("b_lease"), None), else_=table.c.lease_until),
+    }
+    reason = bindparam("b_reason", type_=String())
+    if change in ("confirmed", "delete_confirmed"):
+        values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=now)
+        if change == "delete_confirmed":
+            values["delete_synced_at"] = now
+        else:
+            confirmed = bindparam("b_confirmed", type_=Integer())
+            values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
+    elif change in ("failed", "gave_up"):
+        values.update(sync_failed_at=now, sync_error=reason)
+    elif change == "failed_unless_deleted":
+        values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
+    elif change == "due_now":
+        values.update(sync_error=reason, next_attempt_at=now)
+    elif change == "retry_later":
+        values.update(sync_error=reason, next_attempt_at=now + bindparam("b_delay", type_=Interval()))
+    if change in ("gave_up", "retry_later"):
+        values["attempts"] = bindparam("b_attempts", type_=Integer())
+    return update(table).where(table.c.id == bindparam("b_id")).values(values).returning(*table.c)
 
 
 def claim_due(*, db_session: Connection, kind: Kind, limit: int, lease: timedelta) -> list[RowMapping]:
