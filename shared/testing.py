@@ -18,6 +18,7 @@ import requests
 from sqlalchemy import Engine, event, text
 
 from shared import embedded_pg
+from shared.cli import migrate
 
 
 @contextmanager
@@ -38,9 +39,12 @@ def postgres_server() -> Iterator[str]:
         embedded_pg.stop(server, delete=True)
 
 
-def fresh_database(server_url: str, prefix: str) -> str:
-    """Create an empty database with a unique name; return its URL."""
-    return embedded_pg.ensure_database(server_url, f"{prefix}_{uuid.uuid4().hex[:12]}", recreate=True)
+def fresh_database(server_url: str, prefix: str, *, migrations: Path | None = None) -> str:
+    """Create a database with a unique name, migrated by ``migrations`` if given; return its URL."""
+    url = embedded_pg.ensure_database(server_url, f"{prefix}_{uuid.uuid4().hex[:12]}", recreate=True)
+    if migrations is not None:
+        migrate(migrations, url)
+    return url
 
 
 def free_port() -> int:

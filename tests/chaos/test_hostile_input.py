@@ -28,7 +28,6 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from shared.cli import migrate
 from shared.testing import console_script, fresh_database
 from tests.chaos.conftest import seed_for
 from tests.chaos.convergence import fingerprint
@@ -80,8 +79,7 @@ def world(pair, pg_server_url):
     a_rule = a.create_rule(a_cluster, {"cidr": "10.0.0.0/8", "description": "a's"})["id"]
     b_cluster = b.create_cluster(body)["id"]
     b_rule = b.create_rule(b_cluster, {"cidr": "10.0.0.0/8", "description": "b's"})["id"]
-    fuzzed_db = fresh_database(pg_server_url, "chaos_fuzzed")
-    migrate(CLUSTER_MIGRATIONS, fuzzed_db)
+    fuzzed_db = fresh_database(pg_server_url, "chaos_fuzzed", migrations=CLUSTER_MIGRATIONS)
     fuzzed = Service(
         [console_script("cluster-svc"), "serve", "--workers", "1", "--threads", "4"],
         {"CLUSTER_DATABASE_URL": fuzzed_db, "INTERNAL_TOKEN": TOKEN},

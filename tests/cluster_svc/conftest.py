@@ -6,7 +6,6 @@ import pytest
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
-from shared.cli import migrate
 from shared.testing import fresh_database
 
 TOKEN = "test-internal-token"
@@ -14,9 +13,7 @@ TOKEN = "test-internal-token"
 
 @pytest.fixture(scope="session")
 def cluster_db_url(pg_server_url):
-    url = fresh_database(pg_server_url, "cluster")
-    migrate(MIGRATIONS, url)
-    return url
+    return fresh_database(pg_server_url, "cluster", migrations=MIGRATIONS)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import pytest
 from bench import keytable_app, limit_app
 from bench.serve import connect_kwargs
 from cluster_svc.cli import MIGRATIONS
-from shared.cli import migrate
 from shared.testing import fresh_database
 
 
@@ -32,9 +31,7 @@ def body(**overrides):
 
 @pytest.fixture(scope="module")
 def db_url(pg_server_url):
-    url = fresh_database(pg_server_url, "bench_refs")
-    migrate(MIGRATIONS, url)
-    return url
+    return fresh_database(pg_server_url, "bench_refs", migrations=MIGRATIONS)
 
 
 @pytest.fixture(scope="module")

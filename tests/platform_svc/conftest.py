@@ -14,7 +14,6 @@ from sqlalchemy import create_engine
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app, services
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from shared.cli import migrate
 from shared.db import Database
 from shared.testing import LiveServer, console_script, free_port, fresh_database
 
@@ -23,16 +22,12 @@ TOKEN = "platform-tests-internal-token"
 
 @pytest.fixture(scope="session")
 def downstream_db_url(pg_server_url):
-    url = fresh_database(pg_server_url, "pt_cluster")
-    migrate(CLUSTER_MIGRATIONS, url)
-    return url
+    return fresh_database(pg_server_url, "pt_cluster", migrations=CLUSTER_MIGRATIONS)
 
 
 @pytest.fixture(scope="session")
 def platform_db_url(pg_server_url):
-    url = fresh_database(pg_server_url, "pt_platform")
-    migrate(PLATFORM_MIGRATIONS, url)
-    return url
+    return fresh_database(pg_server_url, "pt_platform", migrations=PLATFORM_MIGRATIONS)
 
 
 @pytest.fixture(scope="session")
