@@ -328,15 +328,25 @@ class Pair:
     def reconciler_running(self, concurrency: int = 4) -> Iterator[None]:
         """``platform-svc reconcile`` running (until the block ends) beside the inline pushes."""
         argv = [console_script("platform-svc"), "reconcile", "--concurrency", str(concurrency)]
-        with open(self.workdir / "reconciler.log", "ab") as log:
+        path = self.workdir / "reconciler.log"
+        with open(path, "ab") as log:
+            start = log.tell()
             process = subprocess.Popen(
                 argv, env={**os.environ, **self.platform_env}, stdout=log, stderr=subprocess.STDOUT
             )
         try:
+            # Until it says it runs, its SIGTERM handler may not be installed yet, and a
+            # short scenario would kill it during start-up instead of stopping it.
+            deadline = time.monotonic() + 60
+            while b"reconciler running" not in path.read_bytes()[start:]:
+                assert process.poll() is None, f"the reconciler exited with {process.returncode} at start-up"
+                assert time.monotonic() < deadline, "the reconciler did not start within 60 s"
+                time.sleep(0.05)
             yield
         finally:
             process.send_signal(signal.SIGTERM)  # it finishes the pushes it holds, then exits
-            assert process.wait(timeout=120) == 0
+            returncode = process.wait(timeout=120)
+            assert returncode == 0, f"the reconciler exited with {returncode} after SIGTERM"
 
     def logs(self, lines: int = 40) -> str:
         """The end of every process log, for a failure report."""
