@@ -1,4 +1,4 @@
-"""Database engine, sessions and transactions.
+"""Database engine, connections and transactions.
 
 Services receive the transaction's connection as the keyword argument
 ``db_session`` and never commit. Each transaction has one owner, which opens
@@ -6,11 +6,10 @@ and ends it in a single ``with`` block: a view (``with transaction() as
 db_session:``), the pusher, or a CLI command (``with database.begin() as
 db_session:``). The block commits when it ends normally and rolls back when
 it raises. The services speak SQLAlchemy Core (statements, not the ORM unit
-of work), so a Core connection is all they need; an ORM Session works too. A view
-commits before it returns, so a failed commit becomes a 500 rather than a 201
-for a row that was never stored, and a view that answers an error after
-writing (a DELETE of an unknown ID records a tombstone, then answers 404)
-still keeps what it wrote.
+of work), so a Core connection is all they need. A view commits before it
+returns, so a failed commit becomes a 500 rather than a 201 for a row that
+was never stored, and a view that answers an error after writing (a DELETE of
+an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
 """
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from contextlib import AbstractContextManager, contextmanager
 
 from flask import Flask, current_app
 from sqlalchemy import Connection, Engine, create_engine
-from sqlalchemy.orm import sessionmaker
 
 # Constraint names both services' models use, so migrations name them stably.
 NAMING_CONVENTION = {
@@ -46,7 +44,6 @@ class Database:
             # the whole stale pool at once.
             pool_recycle=1800,
         )
-        self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
 
     def begin(self) -> AbstractContextManager[Connection]:
         """A connection in a transaction, committed when the block ends normally."""

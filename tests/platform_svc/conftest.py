@@ -92,7 +92,7 @@ def platform_database(platform_db_url):
 
 def make_account(database, name="acme"):
     """A new account through the service layer; returns ``(account_id, api_key)``."""
-    with database.sessionmaker.begin() as db_session:
+    with database.begin() as db_session:
         return services.create_account(db_session=db_session, name=name)
 
 

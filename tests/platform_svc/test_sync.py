@@ -31,14 +31,14 @@ def due_now(engine, table, object_id):
 
 def claimed_ids(database, kind):
     """What a reconciler would claim right now (the claim is rolled back)."""
-    with database.sessionmaker() as db_session:
+    with database.engine.connect() as db_session:
         rows = claim_due(db_session=db_session, kind=kind, limit=10_000, lease=timedelta(seconds=60))
         db_session.rollback()
     return {str(row["id"]) for row in rows}
 
 
 def claim_one(database, kind, object_id):
-    with database.sessionmaker.begin() as db_session:
+    with database.begin() as db_session:
         return services.claim(
             db_session=db_session, resource=kind.resource, object_id=object_id, lease=timedelta(seconds=60)
         )
@@ -349,7 +349,7 @@ def give_up_on(platform_database, dead_pusher, object_id):
 
 
 def requeue(platform_database):
-    with platform_database.sessionmaker.begin() as db_session:
+    with platform_database.begin() as db_session:
         return requeue_failed(db_session=db_session, kind=CLUSTER)
 
 
