@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test clean bench chaos
 
 run: $(STAMP)
-	$(BIN)/python -m shared.devrun
+	$(BIN)/python -m tooling.devrun
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -18,7 +18,7 @@ Two phases keep PostgreSQL's 100 connections enough for every pool:
    rounds. Gives P6 and P7.
 
 P4 (statements per create / replay) is counted in-process with
-``shared.testing.StatementCounter``, as tests/cluster_svc/test_statements.py does.
+``tooling.testing.StatementCounter``, as tests/cluster_svc/test_statements.py does.
 
 On a small machine the service, PostgreSQL and wrk share the same cores, so
 each run also reports the CPU milliseconds per request spent in each process
@@ -60,7 +60,7 @@ import uuid6
 
 from bench import keytable_app
 from bench.serve import connect_kwargs
-from shared.testing import LiveServer, StatementCounter, console_script, fresh_database, postgres_server
+from tooling.testing import LiveServer, StatementCounter, console_script, fresh_database, postgres_server
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = Path(__file__).with_name("post.lua")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.testing import postgres_server
+from tooling.testing import postgres_server
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from shared.testing import fresh_database
+from tooling.testing import fresh_database
 from tests.chaos.convergence import Figures, render
 from tests.chaos.harness import Pair, scale_from_env
 

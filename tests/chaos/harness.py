@@ -2,7 +2,7 @@
 
 A :class:`Pair` is cluster_svc and platform_svc as gunicorn processes (their
 console scripts) on fresh databases, platform_svc calling cluster_svc through
-a :class:`~shared.faultproxy.FaultProxy`, and the reconciler as processes too.
+a :class:`~tooling.faultproxy.FaultProxy`, and the reconciler as processes too.
 Around it: a public client that tallies every answer, bursts of calls on a
 thread pool the test can follow, and convergence (run the reconciler until no
 row is pending, waiting only for the times the rows themselves name).
@@ -32,9 +32,9 @@ from sqlalchemy.pool import NullPool
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.cli import migrate
-from shared.faultproxy import Fault, FaultProxy
+from tooling.faultproxy import Fault, FaultProxy
 from shared.schemas import PLANS, REGIONS
-from shared.testing import LiveServer, console_script, free_port
+from tooling.testing import LiveServer, console_script, free_port
 from tests.chaos.convergence import Comparison, Figures, compare, install_audit, read_audit
 
 TOKEN = "chaos-internal-token"

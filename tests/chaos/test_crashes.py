@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared import embedded_pg
-from shared.testing import fresh_database
+from tooling import embedded_pg
+from tooling.testing import fresh_database
 from tests.chaos.harness import Burst, Pair, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.

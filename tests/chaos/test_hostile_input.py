@@ -28,7 +28,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from shared.testing import console_script, fresh_database
+from tooling.testing import console_script, fresh_database
 from tests.chaos.conftest import seed_for
 from tests.chaos.convergence import fingerprint
 from tests.chaos.harness import TOKEN, Mark, Pair, PublicApi, Service

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from shared.faultproxy import Fault, Plan
+from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
 from tests.chaos.harness import cluster_body, rule_body, run_all
 

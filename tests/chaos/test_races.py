@@ -16,7 +16,7 @@ from functools import partial
 
 import pytest
 
-from shared.faultproxy import Fault
+from tooling.faultproxy import Fault
 from tests.chaos.convergence import updates_of
 from tests.chaos.harness import Burst, cluster_body, expect, rule_body
 

@@ -19,7 +19,7 @@ import pytest
 from platform_svc import services
 from platform_svc.models import CLUSTERS, FIREWALL_RULES
 from shared.db import Database
-from shared.faultproxy import Fault, Plan
+from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
 from tests.chaos.harness import cluster_body, rule_body
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from shared.faultproxy import Fault, Plan
+from tooling.faultproxy import Fault, Plan
 from shared.schemas import PLANS
 from tests.chaos.conftest import seed_for
 from tests.chaos.harness import PublicApi, cluster_body, expect, rule_body, run_all

@@ -6,7 +6,7 @@ import pytest
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
-from shared.testing import fresh_database
+from tooling.testing import fresh_database
 
 TOKEN = "test-internal-token"
 

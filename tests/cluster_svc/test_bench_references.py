@@ -13,7 +13,7 @@ import pytest
 from bench import keytable_app, limit_app
 from bench.serve import connect_kwargs
 from cluster_svc.cli import MIGRATIONS
-from shared.testing import fresh_database
+from tooling.testing import fresh_database
 
 
 def body(**overrides):

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
 FIELDS = (

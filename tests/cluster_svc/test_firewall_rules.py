@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
 FIELDS = ("id", "cluster_id", "cidr", "description", "generation", "created_at", "updated_at", "deleted_at")

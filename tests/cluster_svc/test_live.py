@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import text
 
-from shared.testing import LiveServer, console_script, free_port
+from tooling.testing import LiveServer, console_script, free_port
 from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

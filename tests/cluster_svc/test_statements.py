@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.testing import StatementCounter
+from tooling.testing import StatementCounter
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 
 NIL = "00000000-0000-0000-0000-000000000000"

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.cli import migrate
-from shared.testing import LiveServer, console_script, fresh_database
+from tooling.testing import LiveServer, console_script, fresh_database
 
 TOKEN = "e2e-internal-token"
 CLUSTER_FIELDS = ("name", "region", "postgres_version", "plan", "storage_gb", "generation")

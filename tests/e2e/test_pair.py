@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from shared.testing import console_script, free_port, fresh_database
+from tooling.testing import console_script, free_port, fresh_database
 from tests.e2e.conftest import cluster_body
 
 QUICK = 3.0  # seconds: an inline push gives up after 0.5 s connect timeouts and 2 quick retries

@@ -15,7 +15,7 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app, services
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
-from shared.testing import LiveServer, console_script, free_port, fresh_database
+from tooling.testing import LiveServer, console_script, free_port, fresh_database
 
 TOKEN = "platform-tests-internal-token"
 

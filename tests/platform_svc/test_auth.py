@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc import services
-from shared.testing import assert_problem, console_script
+from tooling.testing import assert_problem, console_script
 from tests.platform_svc.conftest import authed_client, cluster_body, make_account
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import cluster_body, is_uuid7, rule_body
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 from sqlalchemy import text
 
-from shared.testing import assert_problem
+from tooling.testing import assert_problem
 from tests.platform_svc.conftest import authed_client, cluster_body, rule_body
 
 

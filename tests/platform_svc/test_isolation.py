@@ -1,7 +1,7 @@
 """An account never sees or touches another account's objects: 404, as if absent."""
 from __future__ import annotations
 
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import cluster_body, rule_body
 
 

@@ -18,7 +18,7 @@ from platform_svc import services
 from platform_svc.reconciler import count_failed, reconcile_once
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Pusher, RetryPolicy, claim_due, requeue_failed
 from shared.client import ClientPolicy, InternalClient
-from shared.testing import assert_problem, db_row
+from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
 

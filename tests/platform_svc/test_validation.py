@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from shared.testing import assert_problem
+from tooling.testing import assert_problem
 from tests.platform_svc.conftest import cluster_body, rule_body
 
 

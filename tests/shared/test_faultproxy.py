@@ -1,4 +1,4 @@
-"""The fault proxy (shared.faultproxy) against a real HTTP server on loopback.
+"""The fault proxy (tooling.faultproxy) against a real HTTP server on loopback.
 
 Each test starts a small threaded HTTP/1.1 server that records every request it
 receives and answers with a JSON echo, and puts the proxy in front of it.
@@ -20,7 +20,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from shared.faultproxy import Fault, FaultProxy, Plan
+from tooling.faultproxy import Fault, FaultProxy, Plan
 
 
 class Upstream(http.server.ThreadingHTTPServer):

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared import embedded_pg
+from tooling import embedded_pg
 
 ROOT = Path.cwd()
 DEV = ROOT / ".dev"

@@ -17,7 +17,7 @@ from pathlib import Path
 import requests
 from sqlalchemy import Engine, event, text
 
-from shared import embedded_pg
+from tooling import embedded_pg
 from shared.cli import migrate
 
 
