@@ -12,7 +12,9 @@ Statements, not the ORM unit of work: a create is exactly one
 ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and a replay adds exactly one
 read. Never SELECT-then-INSERT: two concurrent creates would both miss the
 SELECT and one would fail on the primary key. With ``ON CONFLICT`` the second
-waits for the first to commit, then finds its row.
+waits for the first to commit, then finds its row. A batch is the same create
+for many items at once (one INSERT, at most one read), and a single create is
+a batch of one.
 """
 from __future__ import annotations
 
@@ -133,71 +135,68 @@ def create_or_return_many(
     Concurrent batches that overlap cannot deadlock: rows are inserted in id
     order, so every transaction waits on the others' keys in the same order.
 
-    Several items need one set of columns, plain values (no SQL expressions)
-    and the ID as the key, in the Python types the columns return (UUIDs, not
-    their text).
+    Several items need the ID as the key, one set of columns and plain values
+    (no SQL expressions), in the Python types the columns return (UUIDs, not
+    their text). One item may use any key and expressions (platform_svc's
+    Idempotency-Key, ``now() + lease``).
     """
     conflict_on = tuple(conflict_on)
-    keys = [_key(item, conflict_on) for item in items]
+    if len(items) == 1:
+        return [_create_one(db_session, resource, items[0], conflict_on)]
+    if not items:
+        return []
+    if conflict_on != ("id",):
+        raise ValueError("a batch is keyed on the ID")
     firsts: dict[Any, Mapping[str, Any]] = {}
-    for key, item in zip(keys, items):
-        firsts.setdefault(key, item)
-    stored = _insert_new(db_session, resource, firsts, conflict_on)
+    for item in items:
+        firsts.setdefault(item["id"], item)
+    stored = _insert_new(db_session, resource, list(firsts.values()))
     created = set(stored)
-    missing = [key for key in firsts if key not in stored]
+    missing = [object_id for object_id in firsts if object_id not in stored]
     if missing:
-        stored.update(_read_existing(db_session, resource, missing, conflict_on))
-    orphans = [firsts[key] for key in missing if key not in stored]
+        rows = db_session.execute(_select_ids(resource), {"ids": missing}).mappings().all()
+        stored.update((row["id"], row) for row in rows)
+    orphans = [firsts[object_id] for object_id in missing if object_id not in stored]
     parents = _parent_states(db_session, resource, orphans) if orphans else {}
 
     results = []
-    for key, item in zip(keys, items):
-        row = stored.get(key)
+    for item in items:
+        row = stored.get(item["id"])
         if row is None:
             results.append(_refused_by_parent(resource, parents, item))
-        elif key in created:
-            created.discard(key)  # its repeats, if any, replay this row
+        elif item["id"] in created:
+            created.discard(item["id"])  # its repeats, if any, replay this row
             results.append(CreateResult(Outcome.CREATED, row))
         else:
             results.append(_returned(resource, row, item))
     return results
 
 
-def _key(values: Mapping[str, Any], conflict_on: tuple[str, ...]) -> Any:
-    return values[conflict_on[0]] if len(conflict_on) == 1 else tuple(values[name] for name in conflict_on)
+def _create_one(
+    db_session: Connection, resource: Resource, values: Mapping[str, Any], conflict_on: tuple[str, ...]
+) -> CreateResult:
+    """A batch of one: the same steps on prebuilt one-row statements, with no
+    keys to pair up (the hot path: a single create)."""
+    shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
+    params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
+    row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
+    if row is not None:
+        return CreateResult(Outcome.CREATED, row)
+    key = {name: values[name] for name in conflict_on}
+    existing = db_session.execute(_select_by(resource, conflict_on), key).mappings().first()
+    if existing is None:
+        return _refused_by_parent(resource, _parent_states(db_session, resource, [values]), values)
+    return _returned(resource, existing, values)
 
 
-def _insert_new(
-    db_session: Connection, resource: Resource, firsts: Mapping[Any, Mapping[str, Any]], conflict_on: tuple[str, ...]
-) -> dict[Any, RowMapping]:
-    """Insert the items whose key is free; return the new rows by key."""
-    if len(firsts) == 1:
-        [(key, values)] = firsts.items()
-        shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
-        params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
-        row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
-        return {} if row is None else {key: row}
-    columns = tuple(next(iter(firsts.values())))
-    if conflict_on != ("id",) or any(
-        item.keys() != set(columns) or any(isinstance(value, ClauseElement) for value in item.values())
-        for item in firsts.values()
-    ):
-        raise ValueError("a batch needs the ID as key, one set of columns and plain values")
-    params = {name: [item[name] for item in firsts.values()] for name in columns}
+def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[str, Any]]) -> dict[Any, RowMapping]:
+    """Insert the items whose ID is free with one statement; return the new rows by ID."""
+    columns = tuple(items[0])
+    names = set(columns)
+    if any(item.keys() != names or any(isinstance(v, ClauseElement) for v in item.values()) for item in items):
+        raise ValueError("a batch needs one set of columns and plain values")
+    params = {name: [item[name] for item in items] for name in columns}
     rows = db_session.execute(_insert_many_statement(resource, columns), params).mappings().all()
-    return {row["id"]: row for row in rows}
-
-
-def _read_existing(
-    db_session: Connection, resource: Resource, keys: list[Any], conflict_on: tuple[str, ...]
-) -> dict[Any, RowMapping]:
-    """The stored rows of these keys (tombstones included), by key."""
-    if len(keys) == 1:
-        [key] = keys
-        params = dict(zip(conflict_on, key)) if len(conflict_on) > 1 else {conflict_on[0]: key}
-        row = db_session.execute(_select_by(resource, conflict_on), params).mappings().first()
-        return {} if row is None else {key: row}
-    rows = db_session.execute(_select_ids(resource), {"ids": keys}).mappings().all()
     return {row["id"]: row for row in rows}
 
 
@@ -223,7 +222,7 @@ def _parent_states(
         # Nothing conflicted, yet nothing was inserted: impossible without a parent guard.
         raise AssertionError(f"{resource.label(orphans[0]['id'])}: insert returned nothing, and no row has the ID")
     parent_ids = list({item[resource.parent_column] for item in orphans})
-    return dict(db_session.execute(_parent_deleted_at(resource.parent), {"ids": parent_ids}).all())
+    return dict(db_session.execute(_select_ids(resource.parent, "id", "deleted_at"), {"ids": parent_ids}).all())
 
 
 def _refused_by_parent(resource: Resource, parents: Mapping[Any, Any], values: Mapping[str, Any]) -> CreateResult:
@@ -297,15 +296,11 @@ def _select_by(resource: Resource, key: tuple[str, ...]) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _select_ids(resource: Resource) -> Any:
+def _select_ids(resource: Resource, *columns: str) -> Any:
+    """The rows (or these columns of them) whose id is in the array parameter ``ids``."""
     table = resource.table
-    return select(table).where(table.c.id == any_(bindparam("ids", type_=ARRAY(table.c.id.type))))
-
-
-@functools.lru_cache(maxsize=64)
-def _parent_deleted_at(parent: Resource) -> Any:
-    table = parent.table
-    return select(table.c.id, table.c.deleted_at).where(table.c.id == any_(bindparam("ids", type_=ARRAY(table.c.id.type))))
+    what = [table.c[name] for name in columns] or [table]
+    return select(*what).where(table.c.id == any_(bindparam("ids", type_=ARRAY(table.c.id.type))))
 
 
 def get_live(
