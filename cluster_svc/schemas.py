@@ -117,7 +117,7 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
         (OutputSchema,),
         {
             "status": fields.Integer(
-                metadata={"description": "201 created, 200 already existed, or the problem's status (404, 409, 410, 422)"}
+                metadata={"description": "201 created, 200 already existed, or the problem's status (404/409/410/422)"}
             ),
             "object": fields.Nested(item_out, metadata={"description": "With 201 and 200"}),
             "problem": fields.Nested(ProblemSchema, metadata={"description": "Otherwise"}),

@@ -203,7 +203,8 @@ def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[
 def _returned(resource: Resource, row: RowMapping, values: Mapping[str, Any]) -> CreateResult:
     """The answer to a create whose key was taken by ``row``."""
     if row["deleted_at"] is not None:
-        return CreateResult(Outcome.GONE, error=Gone(f"{resource.label(row['id'])} was deleted; a deleted ID is never reused."))
+        gone = Gone(f"{resource.label(row['id'])} was deleted; a deleted ID is never reused.")
+        return CreateResult(Outcome.GONE, error=gone)
     conflicts = [
         {"field": name, "stored": _jsonable(row[name]), "sent": _jsonable(values[name])}
         for name in resource.immutable

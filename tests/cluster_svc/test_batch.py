@@ -86,7 +86,7 @@ def test_mixed_items_answer_one_result_each_in_order(client, engine):
         {"field": "region", "stored": "eu-west-1", "sent": "us-east-1"},
         {"field": "postgres_version", "stored": 16, "sent": 14},
     ]
-    assert results[4]["problem"]["errors"] == {"json": {"plan": ["Must be one of: hobby-0, standard-2, standard-4, memory-8."]}}
+    assert list(results[4]["problem"]["errors"]["json"]) == ["plan"]
     assert db_row(engine, "clusters", invalid["id"]) is None
     assert db_row(engine, "clusters", existing["id"])["name"] == "existing"
     assert db_row(engine, "clusters", tombstoned["id"])["deleted_at"] is not None
@@ -111,8 +111,10 @@ def test_a_batch_of_only_invalid_items_stores_nothing(client, engine):
     results = post_batch(client, CLUSTERS_BATCH, items)
 
     assert statuses(results) == [422] * 5
-    assert results[0]["problem"]["errors"] == {"json": {"region": [results[0]["problem"]["errors"]["json"]["region"][0]]}}
-    assert set(results[1]["problem"]["errors"]["json"]) == {"team_id", "name", "region", "postgres_version", "plan", "storage_gb"}
+    assert list(results[0]["problem"]["errors"]["json"]) == ["region"]
+    assert set(results[1]["problem"]["errors"]["json"]) == {
+        "team_id", "name", "region", "postgres_version", "plan", "storage_gb",
+    }
     for result in results[2:]:
         assert result["problem"]["errors"] == {"json": {"_schema": ["Invalid input type."]}}
     assert db_row(engine, "clusters", items[0]["id"]) is None
@@ -123,7 +125,8 @@ def test_a_batch_of_only_invalid_items_stores_nothing(client, engine):
 
 def test_a_repeated_new_id_is_created_by_its_first_occurrence_and_replayed_after(client, engine):
     first = cluster_body(name="first")
-    items = [first, first, dict(first, name="second"), dict(first, region="us-west-2"), dict(first, team_id=str(uuid.uuid4()))]
+    other_team = str(uuid.uuid4())
+    items = [first, first, dict(first, name="second"), dict(first, region="us-west-2"), dict(first, team_id=other_team)]
 
     results = post_batch(client, CLUSTERS_BATCH, items)
 
@@ -211,8 +214,10 @@ def test_a_body_that_is_not_an_object_is_422(client, envelope):
 
 
 def test_invalid_json_is_400_and_a_non_json_body_is_415(client):
-    assert_problem(client.post(CLUSTERS_BATCH, data="{\"items\": [", content_type="application/json"), 400, "bad_request")
-    assert_problem(client.post(CLUSTERS_BATCH, data="items=1", content_type="text/plain"), 415, "unsupported_media_type")
+    truncated = client.post(CLUSTERS_BATCH, data='{"items": [', content_type="application/json")
+    assert_problem(truncated, 400, "bad_request")
+    form = client.post(CLUSTERS_BATCH, data="items=1", content_type="text/plain")
+    assert_problem(form, 415, "unsupported_media_type")
 
 
 @pytest.mark.parametrize("url", [CLUSTERS_BATCH, rules_batch(uuid.uuid4())])
