@@ -128,6 +128,7 @@ class ClusterBatch(MethodView):
             lambda db_session, items: services.create_clusters(db_session=db_session, clusters_in=items),
         )
 
+
 @blp.route("/clusters/<object_id:cluster_id>")
 class Cluster(MethodView):
     @blp.response(200, ClusterOut)
@@ -191,8 +192,9 @@ class FirewallRuleBatch(MethodView):
     def post(self, batch, cluster_id):
         """Create or return up to 1,000 firewall rules of one cluster at once.
 
-        The same as a cluster batch. A missing or deleted cluster is answered item by item (404 or 410 for
-        each new rule), as each single create would answer it.
+        The same as a cluster batch. A missing or deleted cluster is answered
+        item by item (404 or 410 for each new rule), as each single create
+        would answer it.
         """
         return batch_created_or_returned(
             batch["items"],
@@ -201,6 +203,7 @@ class FirewallRuleBatch(MethodView):
                 db_session=db_session, cluster_id=cluster_id, rules_in=items
             ),
         )
+
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
 class FirewallRule(MethodView):
