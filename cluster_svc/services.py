@@ -12,12 +12,26 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
 from cluster_svc.models import CLUSTERS, FIREWALL_RULES
-from shared.idempotent import Deletion, apply_update, create_or_return, get_live, list_live, mark_deleted
+from shared.idempotent import (
+    CreateResult,
+    Deletion,
+    apply_update,
+    create_or_return,
+    create_or_return_many,
+    get_live,
+    list_live,
+    mark_deleted,
+)
 
 
 def create_cluster(*, db_session: Connection, cluster_in: Mapping[str, Any]) -> tuple[RowMapping, bool]:
     """:raise Gone, IdConflict: see :func:`shared.idempotent.create_or_return`."""
     return create_or_return(db_session=db_session, resource=CLUSTERS, values=cluster_in)
+
+
+def create_clusters(*, db_session: Connection, clusters_in: Sequence[Mapping[str, Any]]) -> list[CreateResult]:
+    """Each cluster's create-or-return, in order; a refused item does not stop the others."""
+    return create_or_return_many(db_session=db_session, resource=CLUSTERS, items=clusters_in)
 
 
 def get_cluster(*, db_session: Connection, cluster_id: uuid.UUID) -> RowMapping:
@@ -55,6 +69,16 @@ def create_firewall_rule(
     :raise IdConflict: the rule ID exists with another cluster or CIDR."""
     values = {**rule_in, "cluster_id": cluster_id}
     return create_or_return(db_session=db_session, resource=FIREWALL_RULES, values=values)
+
+
+def create_firewall_rules(
+    *, db_session: Connection, cluster_id: uuid.UUID, rules_in: Sequence[Mapping[str, Any]]
+) -> list[CreateResult]:
+    """Each rule's create-or-return under the cluster, in order. A missing or
+    deleted cluster refuses every new rule item by item (404 or 410), as their
+    single creates would."""
+    items = [{**rule_in, "cluster_id": cluster_id} for rule_in in rules_in]
+    return create_or_return_many(db_session=db_session, resource=FIREWALL_RULES, items=items)
 
 
 def get_firewall_rule(*, db_session: Connection, cluster_id: uuid.UUID, rule_id: uuid.UUID) -> RowMapping:

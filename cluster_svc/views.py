@@ -1,18 +1,25 @@
 """cluster_svc's HTTP routes. Views translate; services decide."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flask import Response
 from flask.views import MethodView
+from marshmallow import Schema, ValidationError
 
 from cluster_svc import services
 from cluster_svc.schemas import (
+    MAX_BATCH_ITEMS,
+    ClusterBatchCreate,
+    ClusterBatchResults,
     ClusterCreate,
     ClusterListArgs,
     ClusterOut,
     ClusterPage,
     ClusterUpdate,
+    FirewallRuleBatchCreate,
+    FirewallRuleBatchResults,
     FirewallRuleCreate,
     FirewallRuleOut,
     FirewallRulePage,
@@ -20,13 +27,17 @@ from cluster_svc.schemas import (
 )
 from shared.api import Blueprint, created_location
 from shared.db import transaction
-from shared.errors import Gone, problem
-from shared.idempotent import Deletion
+from shared.errors import Gone, PayloadTooLarge, ValidationFailed, problem
+from shared.idempotent import CreateResult, Deletion
 from shared.schemas import PageArgs
 
 blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
 
 REPLAYED = {"Idempotent-Replayed": "true"}
+
+# The single creates' schemas, loading each batch item.
+CLUSTER_CREATE = ClusterCreate()
+RULE_CREATE = FirewallRuleCreate()
 
 
 def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
@@ -43,6 +54,36 @@ def deleted(outcome: Deletion, what: str) -> Response:
         raise Gone(f"{what} was already deleted.")
     # The view's transaction has committed the new tombstone; this is an answer, not a failure.
     return problem(404, "not_found", f"{what} does not exist; its ID is now reserved as deleted.")
+
+
+def batch_created_or_returned(
+    items: Sequence[Any], schema: Schema, create_many: Callable[..., list[CreateResult]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Validate each item on its own, create-or-return the valid ones in one
+    transaction, and answer one result per item in order.
+
+    Each item is loaded by the schema of the single create (without webargs'
+    per-request machinery) and an invalid one answers the very problem its
+    single create would, in its place.
+    """
+    if len(items) > MAX_BATCH_ITEMS:
+        raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH_ITEMS:,} items; this one has {len(items):,}.")
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    valid: list[tuple[int, dict[str, Any]]] = []
+    for index, item in enumerate(items):
+        try:
+            valid.append((index, schema.load(item)))
+        except ValidationError as error:
+            results[index] = {"status": 422, "problem": ValidationFailed({"json": error.messages}).body()}
+    if valid:
+        with transaction() as db_session:
+            created = create_many(db_session, [values for _, values in valid])
+        for (index, _), result in zip(valid, created):
+            if result.error is None:
+                results[index] = {"status": result.status, "object": result.row}
+            else:
+                results[index] = {"status": result.status, "problem": result.error.body()}
+    return {"results": results}
 
 
 @blp.route("/clusters")
@@ -65,6 +106,27 @@ class Clusters(MethodView):
         with transaction() as db_session:
             row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
         return created_or_replayed(row, created)
+
+
+@blp.route("/clusters/batch")
+class ClusterBatch(MethodView):
+    @blp.arguments(ClusterBatchCreate())
+    @blp.response(200, ClusterBatchResults, description="One result per item, in order")
+    @blp.problem(413, "More than 1,000 items (payload_too_large)")
+    def post(self, batch):
+        """Create or return up to 1,000 clusters at once.
+
+        One transaction: one INSERT for the new items, one read for those that
+        existed. Each item answers what its single create would have, in order;
+        one bad item never fails the others. An ID repeated within the batch is
+        decided by its first occurrence: identical repeats answer 200,
+        conflicting ones 409.
+        """
+        return batch_created_or_returned(
+            batch["items"],
+            CLUSTER_CREATE,
+            lambda db_session, items: services.create_clusters(db_session=db_session, clusters_in=items),
+        )
 
 
 @blp.route("/clusters/<object_id:cluster_id>")
@@ -120,6 +182,27 @@ class FirewallRules(MethodView):
         with transaction() as db_session:
             row, created = services.create_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_in=rule_in)
         return created_or_replayed(row, created)
+
+
+@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/batch")
+class FirewallRuleBatch(MethodView):
+    @blp.arguments(FirewallRuleBatchCreate())
+    @blp.response(200, FirewallRuleBatchResults, description="One result per item, in order")
+    @blp.problem(413, "More than 1,000 items (payload_too_large)")
+    def post(self, batch, cluster_id):
+        """Create or return up to 1,000 firewall rules of one cluster at once.
+
+        The same as a cluster batch. A missing or deleted cluster is answered
+        item by item (404 or 410 for each new rule), as each single create
+        would answer it.
+        """
+        return batch_created_or_returned(
+            batch["items"],
+            RULE_CREATE,
+            lambda db_session, items: services.create_firewall_rules(
+                db_session=db_session, cluster_id=cluster_id, rules_in=items
+            ),
+        )
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")

@@ -108,6 +108,22 @@ class InternalClient:
     def create(self, path: str, body: dict[str, Any]) -> Answer:
         return self.call(Operation.CREATE, "POST", path, body)
 
+    def create_batch(self, path: str, items: list[dict[str, Any]]) -> list[Answer]:
+        """Create-or-return ``items`` with one call to a batch route; one answer per item, in order.
+
+        Each item's own status (201, 200, 404, 409, 410, 422) is classified as
+        its single create's would be. When the call as a whole fails (no
+        answer, a non-200 status, a body without one result per item), every
+        item gets that one answer.
+        """
+        answer = self.call(Operation.CREATE, "POST", path, {"items": items})
+        results = answer.body.get("results") if answer.status == 200 and isinstance(answer.body, dict) else None
+        if not isinstance(results, list) or len(results) != len(items) or not all(_is_result(r) for r in results):
+            if answer.status == 200:  # not what a batch route answers: the call did not do its job
+                answer = Answer(Outcome.TRANSIENT, 200, answer.body, f"POST {path}: 200 without one result per item")
+            return [answer] * len(items)
+        return [_item_answer(path, index, result) for index, result in enumerate(results)]
+
     def update(self, path: str, body: dict[str, Any]) -> Answer:
         return self.call(Operation.UPDATE, "PUT", path, body)
 
@@ -129,15 +145,30 @@ class InternalClient:
             return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}")
         payload = _json_or_none(response)
         outcome = classify(operation, response.status_code)
-        reason = f"{method} {path}: {response.status_code}"
-        if isinstance(payload, dict) and payload.get("code"):
-            reason += f" {payload['code']}"
-            if payload.get("detail"):
-                reason += f": {payload['detail']}"
-        return Answer(outcome, response.status_code, payload, reason)
+        return Answer(outcome, response.status_code, payload, _reason(f"{method} {path}", response.status_code, payload))
 
     def close(self) -> None:
         self.session.close()
+
+
+def _is_result(result: Any) -> bool:
+    return isinstance(result, dict) and isinstance(result.get("status"), int) and not isinstance(result["status"], bool)
+
+
+def _item_answer(path: str, index: int, result: dict[str, Any]) -> Answer:
+    status = result["status"]
+    body = result.get("object") if status in (200, 201) else result.get("problem")
+    return Answer(classify(Operation.CREATE, status), status, body, _reason(f"POST {path} item {index}", status, body))
+
+
+def _reason(call: str, status: int, payload: Any) -> str:
+    """One line: the call, the status and, for a problem, its code and detail."""
+    reason = f"{call}: {status}"
+    if isinstance(payload, dict) and payload.get("code"):
+        reason += f" {payload['code']}"
+        if payload.get("detail"):
+            reason += f": {payload['detail']}"
+    return reason
 
 
 def _json_or_none(response: requests.Response) -> Any:

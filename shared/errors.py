@@ -32,6 +32,10 @@ class ProblemError(Exception):
         self.headers = headers or {}
         self.extensions = extensions
 
+    def body(self) -> dict[str, Any]:
+        """The problem document, for an answer that carries it inside a larger body (a batch item)."""
+        return problem_body(self.status, self.code, self.detail, **self.extensions)
+
 
 class BadRequest(ProblemError):
     status, code = 400, "bad_request"
@@ -70,6 +74,10 @@ class Gone(ProblemError):
     status, code = 410, "gone"
 
 
+class PayloadTooLarge(ProblemError):
+    status, code = 413, "payload_too_large"
+
+
 class ValidationFailed(ProblemError):
     status, code = 422, "validation_error"
 
@@ -96,9 +104,9 @@ _HTTP_CODES = {
 }
 
 
-def problem(status: int, code: str, detail: str, *, headers: dict[str, str] | None = None, **extensions: Any) -> Response:
-    """Build a problem+json response."""
-    body = {
+def problem_body(status: int, code: str, detail: str, **extensions: Any) -> dict[str, Any]:
+    """The problem document itself (RFC 9457 members, our ``code``, any extensions)."""
+    return {
         "type": TYPE_PREFIX + code,
         "title": HTTPStatus(status).phrase,
         "status": status,
@@ -106,6 +114,11 @@ def problem(status: int, code: str, detail: str, *, headers: dict[str, str] | No
         "code": code,
         **extensions,
     }
+
+
+def problem(status: int, code: str, detail: str, *, headers: dict[str, str] | None = None, **extensions: Any) -> Response:
+    """Build a problem+json response."""
+    body = problem_body(status, code, detail, **extensions)
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_JSON)
     response.headers.update(headers or {})
     return response

@@ -12,7 +12,9 @@ Statements, not the ORM unit of work: a create is exactly one
 ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and a replay adds exactly one
 read. Never SELECT-then-INSERT: two concurrent creates would both miss the
 SELECT and one would fail on the primary key. With ``ON CONFLICT`` the second
-waits for the first to commit, then finds its row.
+waits for the first to commit, then finds its row. A batch is the same create
+for many items at once (one INSERT, at most one read), and a single create is
+a batch of one.
 """
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Connection, Table, any_, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.sql import ClauseElement
 
-from shared.errors import Gone, IdConflict, NotFound
+from shared.errors import Gone, IdConflict, NotFound, ProblemError
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,37 @@ class Deletion(enum.Enum):
     NEVER_SEEN = "never_seen"  # nothing had that ID; a tombstone now holds it
 
 
+class Outcome(enum.Enum):
+    """What a create did with one item (the ``outcome`` label of ``idempotent_creates_total``)."""
+
+    CREATED = "created"
+    REPLAYED = "replayed"  # the ID existed with the same immutable fields
+    CONFLICT = "conflict"  # the ID exists with different immutable fields
+    GONE = "gone"  # the ID, or its parent, was deleted
+    NOT_FOUND = "not_found"  # the parent does not exist
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """One item's answer: the row (created or replayed), or the problem that refused it."""
+
+    outcome: Outcome
+    row: RowMapping | None = None
+    error: ProblemError | None = None
+
+    @property
+    def status(self) -> int:
+        if self.error is not None:
+            return self.error.status
+        return 201 if self.outcome is Outcome.CREATED else 200
+
+    def unwrap(self) -> tuple[RowMapping, bool]:
+        """``(row, created)``; :raise ProblemError: the item was refused."""
+        if self.error is not None:
+            raise self.error
+        return self.row, self.outcome is Outcome.CREATED
+
+
 def create_or_return(
     *,
     db_session: Connection,
@@ -70,36 +103,137 @@ def create_or_return(
 ) -> tuple[RowMapping, bool]:
     """Insert the object unless its key exists; return ``(row, created)``.
 
-    The key is the ID, or the columns of another unique constraint named by
-    ``conflict_on`` (platform_svc keys on the account's Idempotency-Key).
+    A batch of one (:func:`create_or_return_many`). The key is the ID, or the
+    columns of another unique constraint named by ``conflict_on``
+    (platform_svc keys on the account's Idempotency-Key).
 
     :raise Gone: the ID is a tombstone, or the parent is deleted.
     :raise NotFound: the parent does not exist.
     :raise IdConflict: the ID exists with different immutable fields.
     """
+    return create_or_return_many(
+        db_session=db_session, resource=resource, items=(values,), conflict_on=conflict_on
+    )[0].unwrap()
+
+
+def create_or_return_many(
+    *,
+    db_session: Connection,
+    resource: Resource,
+    items: Sequence[Mapping[str, Any]],
+    conflict_on: Sequence[str] = ("id",),
+) -> list[CreateResult]:
+    """Create-or-return each item; return one result per item, in order.
+
+    One INSERT ... ON CONFLICT DO NOTHING RETURNING for all items, then, only
+    if some key already existed, one read of those. Each item answers exactly
+    what its own create, sent alone in the same order, would have: a key
+    repeated within the batch is decided by its first occurrence and the
+    repeats are replays of that row (200, or 409 when their immutable fields
+    differ).
+
+    Concurrent batches that overlap cannot deadlock: rows are inserted in id
+    order, so every transaction waits on the others' keys in the same order.
+
+    Several items need the ID as the key, one set of columns and plain values
+    (no SQL expressions), in the Python types the columns return (UUIDs, not
+    their text). One item may use any key and expressions (platform_svc's
+    Idempotency-Key, ``now() + lease``).
+    """
+    conflict_on = tuple(conflict_on)
+    if len(items) == 1:
+        return [_create_one(db_session, resource, items[0], conflict_on)]
+    if not items:
+        return []
+    if conflict_on != ("id",):
+        raise ValueError("a batch is keyed on the ID")
+    firsts: dict[Any, Mapping[str, Any]] = {}
+    for item in items:
+        firsts.setdefault(item["id"], item)
+    stored = _insert_new(db_session, resource, list(firsts.values()))
+    created = set(stored)
+    missing = [object_id for object_id in firsts if object_id not in stored]
+    if missing:
+        rows = db_session.execute(_select_ids(resource), {"ids": missing}).mappings().all()
+        stored.update((row["id"], row) for row in rows)
+    orphans = [firsts[object_id] for object_id in missing if object_id not in stored]
+    parents = _parent_states(db_session, resource, orphans) if orphans else {}
+
+    results = []
+    for item in items:
+        row = stored.get(item["id"])
+        if row is None:
+            results.append(_refused_by_parent(resource, parents, item))
+        elif item["id"] in created:
+            created.discard(item["id"])  # its repeats, if any, replay this row
+            results.append(CreateResult(Outcome.CREATED, row))
+        else:
+            results.append(_returned(resource, row, item))
+    return results
+
+
+def _create_one(
+    db_session: Connection, resource: Resource, values: Mapping[str, Any], conflict_on: tuple[str, ...]
+) -> CreateResult:
+    """A batch of one: the same steps on prebuilt one-row statements, with no
+    keys to pair up (the hot path: a single create)."""
     shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
     params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
-    row = db_session.execute(_insert_statement(resource, shape, tuple(conflict_on)), params).mappings().first()
+    row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
     if row is not None:
-        return row, True
-
+        return CreateResult(Outcome.CREATED, row)
     key = {name: values[name] for name in conflict_on}
-    existing = db_session.execute(_select_by(resource, tuple(key)), key).mappings().first()
+    existing = db_session.execute(_select_by(resource, conflict_on), key).mappings().first()
     if existing is None:
-        # Nothing conflicted, so the guarded insert found no live parent (and
-        # parents never come back to life, so this raises).
-        _require_live_parent(db_session, resource, values[resource.parent_column])
-        raise AssertionError(f"{resource.label(values['id'])}: insert returned nothing, yet the parent is alive")
-    if existing["deleted_at"] is not None:
-        raise Gone(f"{resource.label(existing['id'])} was deleted; a deleted ID is never reused.")
+        return _refused_by_parent(resource, _parent_states(db_session, resource, [values]), values)
+    return _returned(resource, existing, values)
+
+
+def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[str, Any]]) -> dict[Any, RowMapping]:
+    """Insert the items whose ID is free with one statement; return the new rows by ID."""
+    columns = tuple(items[0])
+    names = set(columns)
+    if any(item.keys() != names or any(isinstance(v, ClauseElement) for v in item.values()) for item in items):
+        raise ValueError("a batch needs one set of columns and plain values")
+    params = {name: [item[name] for item in items] for name in columns}
+    rows = db_session.execute(_insert_many_statement(resource, columns), params).mappings().all()
+    return {row["id"]: row for row in rows}
+
+
+def _returned(resource: Resource, row: RowMapping, values: Mapping[str, Any]) -> CreateResult:
+    """The answer to a create whose key was taken by ``row``."""
+    if row["deleted_at"] is not None:
+        gone = Gone(f"{resource.label(row['id'])} was deleted; a deleted ID is never reused.")
+        return CreateResult(Outcome.GONE, error=gone)
     conflicts = [
-        {"field": name, "stored": _jsonable(existing[name]), "sent": _jsonable(values[name])}
+        {"field": name, "stored": _jsonable(row[name]), "sent": _jsonable(values[name])}
         for name in resource.immutable
-        if name in values and existing[name] != values[name]
+        if name in values and row[name] != values[name]
     ]
     if conflicts:
-        raise IdConflict(resource.name, existing["id"], conflicts)
-    return existing, False
+        return CreateResult(Outcome.CONFLICT, error=IdConflict(resource.name, row["id"], conflicts))
+    return CreateResult(Outcome.REPLAYED, row)
+
+
+def _parent_states(
+    db_session: Connection, resource: Resource, orphans: list[Mapping[str, Any]]
+) -> dict[Any, Any]:
+    """``deleted_at`` of the parents of items that were neither inserted nor found, by parent ID."""
+    if resource.parent is None:
+        # Nothing conflicted, yet nothing was inserted: impossible without a parent guard.
+        raise AssertionError(f"{resource.label(orphans[0]['id'])}: insert returned nothing, and no row has the ID")
+    parent_ids = list({item[resource.parent_column] for item in orphans})
+    return dict(db_session.execute(_select_ids(resource.parent, "id", "deleted_at"), {"ids": parent_ids}).all())
+
+
+def _refused_by_parent(resource: Resource, parents: Mapping[Any, Any], values: Mapping[str, Any]) -> CreateResult:
+    """The guarded insert found no live parent (and parents never come back to life)."""
+    parent_id = values[resource.parent_column]
+    if parent_id not in parents:
+        return CreateResult(Outcome.NOT_FOUND, error=NotFound(f"{resource.parent.label(parent_id)} does not exist."))
+    if parents[parent_id] is not None:
+        return CreateResult(Outcome.GONE, error=Gone(f"{resource.parent.label(parent_id)} was deleted."))
+    raise AssertionError(f"{resource.label(values['id'])}: insert returned nothing, yet the parent is alive")
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,9 +267,41 @@ def _insert_statement(resource: Resource, shape: tuple[tuple[str, Any], ...], co
 
 
 @functools.lru_cache(maxsize=64)
+def _insert_many_statement(resource: Resource, columns: tuple[str, ...]) -> Any:
+    """The batch's INSERT: one array parameter per column, unnested into rows.
+
+    One statement for any batch size (multi-row VALUES would need one per
+    size). Rows go in in id order, so overlapping batches lock IDs in the same
+    order and cannot deadlock. A child is inserted only under a live parent,
+    share-locked, exactly as the single insert does.
+    """
+    table = resource.table
+    rows = func.unnest(*[bindparam(name, type_=ARRAY(table.c[name].type)) for name in columns])
+    rows = rows.table_valued(*columns).render_derived(name="item")
+    source = select(*[rows.c[name] for name in columns])
+    if resource.parent is not None:
+        parent = resource.parent.table
+        source = (
+            source.join_from(rows, parent, parent.c.id == rows.c[resource.parent_column])
+            .where(parent.c.deleted_at.is_(None))
+            .with_for_update(read=True, of=parent)
+        )
+    stmt = insert(table).from_select(list(columns), source.order_by(rows.c.id))
+    return stmt.on_conflict_do_nothing(index_elements=[table.c.id]).returning(*table.c)
+
+
+@functools.lru_cache(maxsize=64)
 def _select_by(resource: Resource, key: tuple[str, ...]) -> Any:
     table = resource.table
     return select(table).where(*[table.c[name] == bindparam(name) for name in key])
+
+
+@functools.lru_cache(maxsize=64)
+def _select_ids(resource: Resource, *columns: str) -> Any:
+    """The rows (or these columns of them) whose id is in the array parameter ``ids``."""
+    table = resource.table
+    what = [table.c[name] for name in columns] or [table]
+    return select(*what).where(table.c.id == any_(bindparam("ids", type_=ARRAY(table.c.id.type))))
 
 
 def get_live(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import threading
 import uuid
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import text
 
+from shared.client import InternalClient, Outcome
 from tooling.testing import LiveServer, console_script, free_port
 from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 
@@ -123,6 +125,82 @@ def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, eng
     assert alive == 0
 
 
+def test_concurrent_overlapping_batches_create_each_id_exactly_once(live, engine):
+    ids = [str(uuid.uuid4()) for _ in range(100)]
+    bodies = {object_id: cluster_body(id=object_id) for object_id in ids}
+    # Each batch holds the same 100 IDs in its own order: without a fixed
+    # insertion order, two batches would wait on each other's rows (a deadlock, a 500).
+    orders = [random.Random(seed).sample(ids, len(ids)) for seed in range(48)]
+
+    def batch(order):
+        items = [bodies[object_id] for object_id in order]
+        return lambda session: session.post(f"{live.url}/v1/clusters/batch", json={"items": items}, timeout=60)
+
+    responses = all_at_once_each(live.url, [batch(order) for order in orders])
+
+    assert Counter(getattr(response, "status_code", repr(response)) for response in responses) == {200: 48}
+    outcomes = {object_id: Counter() for object_id in ids}
+    for order, response in zip(orders, responses):
+        results = response.json()["results"]
+        assert [result["object"]["id"] for result in results] == order
+        for object_id, result in zip(order, results):
+            outcomes[object_id][result["status"]] += 1
+    assert all(counts == {201: 1, 200: 47} for counts in outcomes.values()), outcomes
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, count(*) FROM clusters WHERE id = ANY(CAST(:ids AS uuid[])) GROUP BY id"), {"ids": ids}
+        ).all()
+    assert len(rows) == 100 and all(count == 1 for _, count in rows)
+
+
+def test_rule_batches_racing_their_clusters_delete_leave_no_rule_alive(live, engine):
+    created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(), headers=AUTH, timeout=10)
+    assert created.status_code == 201
+    cluster_url = f"{live.url}/v1/clusters/{created.json()['id']}"
+    rules = [rule_body() for _ in range(40)]
+
+    def call(index):
+        def run(session):
+            if index == 0:
+                return session.delete(cluster_url, timeout=30)
+            order = random.Random(index).sample(rules, len(rules))
+            return session.post(f"{cluster_url}/firewall-rules/batch", json={"items": order}, timeout=30)
+
+        return run
+
+    responses = all_at_once_each(live.url, [call(index) for index in range(12)])
+
+    assert responses[0].status_code == 204
+    assert all(getattr(response, "status_code", None) == 200 for response in responses[1:]), responses
+    items = Counter(result["status"] for response in responses[1:] for result in response.json()["results"])
+    assert set(items) <= {201, 200, 410}, items
+    with engine.connect() as conn:
+        alive = conn.execute(
+            text("SELECT count(*) FROM firewall_rules WHERE cluster_id = :id AND deleted_at IS NULL"),
+            {"id": created.json()["id"]},
+        ).scalar()
+    assert alive == 0
+
+
+def test_the_client_classifies_each_item_of_a_live_batch(live):
+    existing = cluster_body()
+    assert requests.post(f"{live.url}/v1/clusters", json=existing, headers=AUTH, timeout=10).status_code == 201
+    items = [cluster_body(), existing, dict(existing, region="us-east-1"), cluster_body(plan="x")]
+    client = InternalClient(live.url, TOKEN)
+    try:
+        answers = client.create_batch("/v1/clusters/batch", items)
+        rules = client.create_batch(f"/v1/clusters/{uuid.uuid4()}/firewall-rules/batch", [rule_body()])
+    finally:
+        client.close()
+
+    assert [(answer.outcome, answer.status) for answer in answers] == [
+        (Outcome.DONE, 201), (Outcome.DONE, 200), (Outcome.PERMANENT, 409), (Outcome.PERMANENT, 422),
+    ]
+    assert answers[0].body["id"] == items[0]["id"]
+    assert "item 2: 409 id_conflict" in answers[2].reason
+    assert [(answer.outcome, answer.status) for answer in rules] == [(Outcome.TRANSIENT, 404)]  # the parent may come
+
+
 def test_the_live_server_requires_the_token(live):
     response = requests.get(f"{live.url}/v1/clusters", timeout=10)
 
@@ -137,11 +215,13 @@ def test_the_live_server_requires_the_token(live):
 OPERATIONS = [
     ("GET", "/v1/clusters"),
     ("POST", "/v1/clusters"),
+    ("POST", "/v1/clusters/batch"),
     ("GET", "/v1/clusters/{cluster_id}"),
     ("PUT", "/v1/clusters/{cluster_id}"),
     ("DELETE", "/v1/clusters/{cluster_id}"),
     ("GET", "/v1/clusters/{cluster_id}/firewall-rules"),
     ("POST", "/v1/clusters/{cluster_id}/firewall-rules"),
+    ("POST", "/v1/clusters/{cluster_id}/firewall-rules/batch"),
     ("GET", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),
     ("PUT", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),
     ("DELETE", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),

@@ -743,3 +743,90 @@ def test_a_redirected_create_is_not_reported_done(client, server):
 
     assert [r.method for r in server.requests] == ["POST"]
     assert answer.outcome is not Outcome.DONE
+
+
+# --------------------------------------------------------------------------
+# Batch creates: one call, one answer per item
+# --------------------------------------------------------------------------
+
+ITEMS = [{"id": f"c-{n}"} for n in range(6)]
+
+
+def problem_of(status, code):
+    return {"type": f"urn:problem-type:{code}", "title": "t", "status": status, "detail": f"{code} detail", "code": code}
+
+
+def test_a_batch_is_one_call_and_each_item_is_classified_like_its_single_create(client, server):
+    server.script(reply(200, {"results": [
+        {"status": 201, "object": {"id": "c-0"}},
+        {"status": 200, "object": {"id": "c-1"}},
+        {"status": 404, "problem": problem_of(404, "not_found")},
+        {"status": 409, "problem": problem_of(409, "id_conflict")},
+        {"status": 410, "problem": problem_of(410, "gone")},
+        {"status": 422, "problem": problem_of(422, "validation_error")},
+    ]}))
+
+    answers = client.create_batch("/clusters/batch", ITEMS)
+
+    [received] = server.requests
+    assert (received.method, received.path, received.json) == ("POST", "/clusters/batch", {"items": ITEMS})
+    assert [(a.outcome, a.status) for a in answers] == [
+        (D, 201), (D, 200), (T, 404), (P, 409), (P, 410), (P, 422),
+    ]
+    assert [a.outcome for a in answers] == [classify(Operation.CREATE, a.status) for a in answers]
+    assert answers[0].body == {"id": "c-0"}
+    assert answers[3].body == problem_of(409, "id_conflict")
+    assert answers[0].reason == "POST /clusters/batch item 0: 201"
+    assert answers[3].reason == "POST /clusters/batch item 3: 409 id_conflict: id_conflict detail"
+
+
+@pytest.mark.parametrize(("status", "expected"), [(413, P), (422, P), (401, T), (404, T), (400, P)])
+def test_a_batch_refused_as_a_whole_gives_every_item_that_answer(client, server, status, expected):
+    server.script(reply(status, problem_of(status, "whole")))
+
+    answers = client.create_batch("/clusters/batch", ITEMS)
+
+    assert len(server.requests) == 1
+    assert all((a.outcome, a.status, a.body) == (expected, status, problem_of(status, "whole")) for a in answers)
+    assert answers[0].reason == "POST /clusters/batch: " + f"{status} whole: whole detail"
+
+
+def test_a_batch_is_retried_like_any_call_then_classified_per_item(client, server):
+    server.script(reply(503), drop(), reply(200, {"results": [{"status": 201, "object": {}}] * 2}))
+
+    answers = client.create_batch("/clusters/batch", ITEMS[:2])
+
+    assert len(server.requests) == 3
+    assert all(r.json == {"items": ITEMS[:2]} for r in server.requests)
+    assert [a.outcome for a in answers] == [D, D]
+
+
+def test_a_batch_that_gets_no_answer_is_transient_for_every_item(client, server):
+    server.script(drop())
+
+    answers = client.create_batch("/clusters/batch", ITEMS[:3])
+
+    assert [(a.outcome, a.status) for a in answers] == [(T, None)] * 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"results": [{"status": 201, "object": {}}]},  # fewer results than items
+        {"results": "no"},
+        {"nothing": []},
+        [{"status": 201}],
+        {"results": [{"status": "201"}, {"status": 201}]},
+        {"results": [{"status": True}, {"status": 201}]},
+        b"<html>not json</html>",
+        None,
+    ],
+    ids=["short", "not-a-list", "no-results", "a-list", "string-status", "bool-status", "not-json", "empty"],
+)
+def test_a_200_that_is_not_a_batch_answer_is_transient_for_every_item(client, server, body):
+    server.script(reply(200, body))
+
+    answers = client.create_batch("/clusters/batch", ITEMS[:2])
+
+    assert [(a.outcome, a.status) for a in answers] == [(T, 200)] * 2
+    assert "without one result per item" in answers[0].reason

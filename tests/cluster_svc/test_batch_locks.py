@@ -1,0 +1,90 @@
+"""Overlapping batches cannot deadlock: rows go in in id order, so a batch
+waiting on another's row has not yet taken any row the other will need.
+
+Forced deterministically with two real transactions: the first holds the lower
+ID uncommitted; the second (a batch naming the higher ID first) must block on
+it; then the first creates the higher ID. Inserting in request order, the
+second would hold the higher ID already and PostgreSQL would abort one of them
+as a deadlock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from cluster_svc import services
+from cluster_svc.schemas import ClusterCreate, FirewallRuleCreate
+from shared.idempotent import Outcome
+from tests.cluster_svc.conftest import cluster_body, rule_body
+
+
+def wait_until_blocked_on_a_lock(engine, pid, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    with engine.connect() as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).scalar()
+            conn.rollback()
+            if waiting == "Lock":
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+@pytest.fixture(params=["clusters", "firewall rules"])
+def create_many(request, client):
+    """``create_many(db_session, ids)``: the service's batch create of new objects with these IDs."""
+    if request.param == "clusters":
+        team_id = str(uuid.uuid4())  # the same object each time an ID is sent
+        return lambda db_session, ids: services.create_clusters(
+            db_session=db_session,
+            clusters_in=[ClusterCreate().load(cluster_body(id=str(i), team_id=team_id)) for i in ids],
+        )
+    response = client.post("/v1/clusters", json=cluster_body())
+    assert response.status_code == 201
+    cluster_id = uuid.UUID(response.get_json()["id"])
+    return lambda db_session, ids: services.create_firewall_rules(
+        db_session=db_session,
+        cluster_id=cluster_id,
+        rules_in=[FirewallRuleCreate().load(rule_body(id=str(i))) for i in ids],
+    )
+
+
+def test_a_batch_waits_in_id_order_so_overlapping_batches_never_deadlock(engine, create_many):
+    low, high = sorted([uuid.uuid4(), uuid.uuid4()])
+    second_pid: list[int] = []
+    second_results: list = []
+    started = threading.Event()
+
+    def second_batch():
+        try:
+            with engine.begin() as db_session:
+                second_pid.append(db_session.execute(text("SELECT pg_backend_pid()")).scalar())
+                started.set()
+                second_results.extend(create_many(db_session, [high, low]))  # the higher ID first
+        except Exception as exc:  # reported below, in the test's thread
+            second_results.append(exc)
+            started.set()
+
+    with engine.connect() as first:
+        first.begin()
+        [holding] = create_many(first, [low])
+        assert holding.outcome is Outcome.CREATED
+        second = threading.Thread(target=second_batch)
+        second.start()
+        try:
+            assert started.wait(10) and second_pid, second_results
+            wait_until_blocked_on_a_lock(engine, second_pid[0])
+            [then] = create_many(first, [high])  # would close the cycle if the second held `high`
+            first.commit()
+        finally:
+            second.join(30)
+    assert not second.is_alive()
+
+    assert then.outcome is Outcome.CREATED
+    assert [getattr(result, "outcome", result) for result in second_results] == [Outcome.REPLAYED, Outcome.REPLAYED]
