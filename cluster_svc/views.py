@@ -14,6 +14,8 @@ from cluster_svc.schemas import (
     ClusterPage,
     ClusterUpdate,
     FirewallRuleCreate,
+    FirewallRuleListArgs,
+    FirewallRuleListedPage,
     FirewallRuleOut,
     FirewallRulePage,
     FirewallRuleUpdate,
@@ -49,8 +51,9 @@ def deleted(outcome: Deletion, what: str) -> Response:
 class Clusters(MethodView):
     @blp.arguments(ClusterListArgs(), location="query")
     @blp.response(200, ClusterPage)
+    @blp.problem(401, "No valid internal token")
     def get(self, args):
-        """List live clusters in id order (keyset pagination)."""
+        """List live clusters in id order (keyset pagination); with include_deleted, tombstones too."""
         with transaction() as db_session:
             items, next_after = services.list_clusters(db_session=db_session, **args)
         return {"items": items, "next_after": next_after}
@@ -65,6 +68,21 @@ class Clusters(MethodView):
         with transaction() as db_session:
             row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
         return created_or_replayed(row, created)
+
+
+@blp.route("/firewall-rules")
+class AllFirewallRules(MethodView):
+    @blp.arguments(FirewallRuleListArgs(), location="query")
+    @blp.response(200, FirewallRuleListedPage)
+    @blp.problem(401, "No valid internal token")
+    def get(self, args):
+        """List every cluster's firewall rules in one id order (keyset pagination), each with its team.
+
+        For callers that compare their records with these, such as platform_svc's
+        drift repair; with include_deleted, tombstones too."""
+        with transaction() as db_session:
+            items, next_after = services.list_all_firewall_rules(db_session=db_session, **args)
+        return {"items": items, "next_after": next_after}
 
 
 @blp.route("/clusters/<object_id:cluster_id>")
