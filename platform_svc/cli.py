@@ -79,7 +79,9 @@ def reconcile(once: bool, concurrency: int, batch: int, repair_interval: float) 
 
 @main.command(help="Compare every object with cluster_svc's copy once and put back in line what drifted.")
 @click.option("--dry-run", is_flag=True, help="Report what drifted; change nothing.")
-@click.option("--page-size", default=500, show_default=True, type=click.IntRange(1, 500), help="Rows compared per step.")
+@click.option(
+    "--page-size", default=500, show_default=True, type=click.IntRange(1, 500), help="Rows compared per step."
+)
 @fail_fast
 def repair(dry_run: bool, page_size: int) -> None:
     from sqlalchemy.exc import OperationalError

@@ -189,8 +189,8 @@ def test_a_requeue_yields_to_a_change_made_since_the_row_was_read(pair):
 
 
 def all_synced(pair):
-    states = {row["sync_state"] for table in ("clusters", "firewall_rules") for row in pair.platform_rows(table).values()}
-    return states == {"synced"}
+    tables = ("clusters", "firewall_rules")
+    return {row["sync_state"] for table in tables for row in pair.platform_rows(table).values()} == {"synced"}
 
 
 def test_the_reconciler_repairs_drift_periodically_without_an_operator(pair):
