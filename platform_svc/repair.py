@@ -45,6 +45,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import OperationalError
 
 from platform_svc.models import Account, Cluster
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
@@ -359,7 +360,10 @@ def run_periodically(repairer: Repairer, interval: float, stop: threading.Event)
     while not stop.wait(interval):
         try:
             report = repairer.run(stop=stop)
-        except Exception:  # cluster_svc or the database away: the next pass tries again
+        except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: one line, try later
+            log.warning("repair pass stopped: %s", str(exc).splitlines()[0])
+            continue
+        except Exception:
             log.exception("repair pass failed")
             continue
         log.info("%s", report.summary())
