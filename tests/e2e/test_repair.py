@@ -232,3 +232,40 @@ def test_the_reconciler_repairs_drift_periodically_without_an_operator(pair):
     assert f"repair: missing cluster {clusters[0]}" in output
     assert f"repair: behind cluster {clusters[1]}" in output
     assert "repair: 2 missing, 1 behind" in output
+
+
+def test_repair_output_cut_short_still_repairs_everything(pair):
+    lost = [created(pair, "/v1/clusters", cluster_body(name=f"lost-{n}")) for n in range(6)]
+    for cluster_id in lost:
+        downstream(pair, "DELETE FROM clusters WHERE id = :id", id=cluster_id)
+
+    with subprocess.Popen(
+        [console_script("platform-svc"), "repair", "--page-size", "1"],
+        env={**os.environ, **pair.platform_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as repair:
+        first = repair.stdout.readline()  # as `platform-svc repair | head -1` would
+        repair.stdout.close()
+        stderr = repair.stderr.read()
+        repair.wait(timeout=60)
+
+    assert first.startswith("missing cluster ")
+    assert repair.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+    rows = pair.platform_rows("clusters")
+    assert {rows[cluster_id]["synced_generation"] for cluster_id in lost} == {0}  # every one put back in line
+
+
+def test_repair_without_cluster_svc_says_so_in_one_line_and_changes_nothing(pair):
+    created(pair, "/v1/clusters", cluster_body(name="kept"))
+    before = snapshot(pair.platform_engine)
+    pair.stop_cluster_svc()
+
+    result = pair.cli("repair")
+
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cluster_svc" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(pair.platform_engine) == before
