@@ -38,8 +38,19 @@ class ClusterUpdate(ClusterMutableFields):
     generation = _generation(required=True)
 
 
+INCLUDE_DELETED = {
+    "description": "Also list tombstones, bare ones (an ID deleted before it was ever created) included;"
+    " for a caller comparing its records with these, such as platform_svc's repair"
+}
+
+
 class ClusterListArgs(PageArgs):
     team_id = ObjectId(load_default=None)
+    include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
+
+
+class FirewallRuleListArgs(PageArgs):
+    include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
 
 
 class _Lifecycle(OutputSchema):
@@ -49,14 +60,19 @@ class _Lifecycle(OutputSchema):
     deleted_at = fields.DateTime(allow_none=True)
 
 
+# A bare tombstone (an ID deleted before it was ever created) has only its ID
+# and timestamps; listed with include_deleted, its descriptive fields are null.
+TOMBSTONE_NULL = {"allow_none": True}
+
+
 class ClusterOut(_Lifecycle):
     id = fields.UUID()
-    team_id = fields.UUID()
-    name = fields.String()
-    region = fields.String()
-    postgres_version = fields.Integer()
-    plan = fields.String()
-    storage_gb = fields.Integer()
+    team_id = fields.UUID(**TOMBSTONE_NULL)
+    name = fields.String(**TOMBSTONE_NULL)
+    region = fields.String(**TOMBSTONE_NULL)
+    postgres_version = fields.Integer(**TOMBSTONE_NULL)
+    plan = fields.String(**TOMBSTONE_NULL)
+    storage_gb = fields.Integer(**TOMBSTONE_NULL)
 
 
 class FirewallRuleCreate(FirewallRuleFields):
@@ -74,12 +90,19 @@ class FirewallRuleUpdate(FirewallRuleMutableFields):
 class FirewallRuleOut(_Lifecycle):
     id = fields.UUID()
     cluster_id = fields.UUID()
-    cidr = IPNetwork()
-    description = fields.String()
+    cidr = IPNetwork(**TOMBSTONE_NULL)
+    description = fields.String(**TOMBSTONE_NULL)
+
+
+class FirewallRuleListed(FirewallRuleOut):
+    """A rule in the listing across clusters: with the team that owns its cluster."""
+
+    team_id = fields.UUID(allow_none=True, metadata={"description": "The team of the rule's cluster"})
 
 
 ClusterPage = page_schema(ClusterOut, "ClusterPage")
 FirewallRulePage = page_schema(FirewallRuleOut, "FirewallRulePage")
+FirewallRuleListedPage = page_schema(FirewallRuleListed, "FirewallRuleListedPage")
 
 
 # --- batch create ----------------------------------------------------------

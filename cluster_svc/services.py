@@ -40,10 +40,22 @@ def get_cluster(*, db_session: Connection, cluster_id: uuid.UUID) -> RowMapping:
 
 
 def list_clusters(
-    *, db_session: Connection, team_id: uuid.UUID | None, limit: int, after: uuid.UUID | None
+    *,
+    db_session: Connection,
+    team_id: uuid.UUID | None,
+    limit: int,
+    after: uuid.UUID | None,
+    include_deleted: bool = False,
 ) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
     filters = {"team_id": team_id} if team_id is not None else {}
-    return list_live(db_session=db_session, resource=CLUSTERS, filters=filters, limit=limit, after=after)
+    return list_live(
+        db_session=db_session,
+        resource=CLUSTERS,
+        filters=filters,
+        limit=limit,
+        after=after,
+        include_deleted=include_deleted,
+    )
 
 
 def update_cluster(
@@ -95,6 +107,21 @@ def list_firewall_rules(
     get_cluster(db_session=db_session, cluster_id=cluster_id)
     return list_live(
         db_session=db_session, resource=FIREWALL_RULES, filters={"cluster_id": cluster_id}, limit=limit, after=after
+    )
+
+
+def list_all_firewall_rules(
+    *, db_session: Connection, limit: int, after: uuid.UUID | None, include_deleted: bool = False
+) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
+    """Every cluster's rules in one id order, each with its cluster's ``team_id``."""
+    return list_live(
+        db_session=db_session,
+        resource=FIREWALL_RULES,
+        filters={},
+        limit=limit,
+        after=after,
+        include_deleted=include_deleted,
+        parent_columns=("team_id",),
     )
 
 

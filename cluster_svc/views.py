@@ -21,6 +21,8 @@ from cluster_svc.schemas import (
     FirewallRuleBatchCreate,
     FirewallRuleBatchResults,
     FirewallRuleCreate,
+    FirewallRuleListArgs,
+    FirewallRuleListedPage,
     FirewallRuleOut,
     FirewallRulePage,
     FirewallRuleUpdate,
@@ -90,8 +92,9 @@ def batch_created_or_returned(
 class Clusters(MethodView):
     @blp.arguments(ClusterListArgs(), location="query")
     @blp.response(200, ClusterPage)
+    @blp.problem(401, "No valid internal token")
     def get(self, args):
-        """List live clusters in id order (keyset pagination)."""
+        """List live clusters in id order (keyset pagination); with include_deleted, tombstones too."""
         with transaction() as db_session:
             items, next_after = services.list_clusters(db_session=db_session, **args)
         return {"items": items, "next_after": next_after}
@@ -127,6 +130,21 @@ class ClusterBatch(MethodView):
             CLUSTER_CREATE,
             lambda db_session, items: services.create_clusters(db_session=db_session, clusters_in=items),
         )
+
+
+@blp.route("/firewall-rules")
+class AllFirewallRules(MethodView):
+    @blp.arguments(FirewallRuleListArgs(), location="query")
+    @blp.response(200, FirewallRuleListedPage)
+    @blp.problem(401, "No valid internal token")
+    def get(self, args):
+        """List every cluster's firewall rules in one id order (keyset pagination), each with its team.
+
+        For callers that compare their records with these, such as platform_svc's
+        drift repair; with include_deleted, tombstones too."""
+        with transaction() as db_session:
+            items, next_after = services.list_all_firewall_rules(db_session=db_session, **args)
+        return {"items": items, "next_after": next_after}
 
 
 @blp.route("/clusters/<object_id:cluster_id>")

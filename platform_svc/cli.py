@@ -1,8 +1,9 @@
-"""``platform-svc``: serve, migrate, reconcile, create-account, sync-status."""
+"""``platform-svc``: serve, migrate, reconcile, repair, create-account, sync-status."""
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -38,8 +39,15 @@ add_service_commands(
 @click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Pushes in flight.")
 @click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000), help="Rows a worker claims at a time.")
+@click.option(
+    "--repair-interval",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between drift repair passes (as `platform-svc repair`); 0 turns them off.",
+)
 @fail_fast
-def reconcile(once: bool, concurrency: int, batch: int) -> None:
+def reconcile(once: bool, concurrency: int, batch: int, repair_interval: float) -> None:
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
     from platform_svc.sync import Pusher
     from shared.client import ClientPolicy
@@ -59,7 +67,49 @@ def reconcile(once: bool, concurrency: int, batch: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     click.echo("reconciler running; Ctrl-C stops it.")
+    if repair_interval > 0:
+        from platform_svc.repair import Repairer, run_periodically
+
+        repairer = Repairer(pusher.database, settings.client(ClientPolicy(pool_size=1)))
+        threading.Thread(
+            target=run_periodically, args=(repairer, repair_interval, stop), name="repair", daemon=True
+        ).start()
     run(pusher, options, stop)
+
+
+@main.command(help="Compare every object with cluster_svc's copy once and put back in line what drifted.")
+@click.option("--dry-run", is_flag=True, help="Report what drifted; change nothing.")
+@click.option(
+    "--page-size", default=500, show_default=True, type=click.IntRange(1, 500), help="Rows compared per step."
+)
+@fail_fast
+def repair(dry_run: bool, page_size: int) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from platform_svc.repair import Repairer, RepairError
+    from shared.client import ClientPolicy
+
+    settings = Settings.from_env()
+    repairer = Repairer(settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size)
+    try:
+        report = repairer.run(dry_run=dry_run, on_finding=_echo_while_read)
+    except (RepairError, OperationalError) as exc:
+        click.echo(f"platform-svc repair: stopped: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(1)
+    _echo_while_read(report.summary(dry_run=dry_run))
+
+
+def _echo_while_read(line: object) -> None:
+    """Print a line; once the reader has gone (``| head``), stop printing but carry on.
+
+    Each finding is printed after its change is committed, so a closed pipe
+    loses nothing but the rest of the report.
+    """
+    try:
+        click.echo(str(line))
+    except BrokenPipeError:
+        # Later writes, and the flush at exit, go nowhere instead of failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @main.command("create-account", help="Create an account and print its id and API key (shown only once).")

@@ -36,6 +36,7 @@ class Operation(enum.Enum):
     CREATE = "create"
     UPDATE = "update"
     DELETE = "delete"
+    READ = "read"  # a GET (the drift repair's bulk read); not a push
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,10 @@ class InternalClient:
 
     def delete(self, path: str) -> Answer:
         return self.call(Operation.DELETE, "DELETE", path, None)
+
+    def read(self, path: str) -> Answer:
+        """A GET; DONE only for a 200."""
+        return self.call(Operation.READ, "GET", path, None)
 
     def call(self, operation: Operation, method: str, path: str, body: dict[str, Any] | None) -> Answer:
         try:

@@ -390,10 +390,26 @@ def list_live(
     filters: Mapping[str, Any],
     limit: int,
     after: Any = None,
+    include_deleted: bool = False,
+    parent_columns: Sequence[str] = (),
 ) -> tuple[Sequence[RowMapping], Any]:
-    """One page of live objects in id order; return ``(rows, next_after)``."""
+    """One page of objects in id order; return ``(rows, next_after)``.
+
+    Live objects only, unless ``include_deleted`` (tombstones too, bare ones
+    included: a caller comparing its own records with these needs to see
+    every ID that is taken). ``parent_columns`` adds those columns of each
+    object's parent to its row, under their own names (a firewall rule's
+    ``team_id``), read by the same statement.
+    """
     table = resource.table
-    stmt = select(table).where(table.c.deleted_at.is_(None), *_scope_clauses(table, filters))
+    stmt = select(table).where(*_scope_clauses(table, filters))
+    if not include_deleted:
+        stmt = stmt.where(table.c.deleted_at.is_(None))
+    if parent_columns:
+        parent = resource.parent.table
+        stmt = stmt.add_columns(*[parent.c[name] for name in parent_columns]).join(
+            parent, parent.c.id == table.c[resource.parent_column]
+        )
     if after is not None:
         stmt = stmt.where(table.c.id > after)
     rows = db_session.execute(stmt.order_by(table.c.id).limit(limit + 1)).mappings().all()

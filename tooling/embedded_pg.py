@@ -6,6 +6,7 @@ are limited to about 100 bytes).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import warnings
@@ -75,3 +76,29 @@ def ensure_database(server_url: str, name: str, *, recreate: bool = False) -> st
     finally:
         conn.close()
     return database_url(server_url, name)
+
+
+def dump(url: str, path: Path) -> None:
+    """Dump the database at ``url`` into ``path`` (pg_dump's custom format)."""
+    _client_program("pg_dump", url, ["--format=custom", f"--file={path}"])
+
+
+def restore(url: str, path: Path) -> None:
+    """Put the database at ``url`` back to the dump in ``path``: every table dropped and reloaded, at once."""
+    _client_program("pg_restore", url, ["--clean", "--if-exists", "--single-transaction", "--exit-on-error", str(path)])
+
+
+def _client_program(name: str, url: str, args: list[str]) -> None:
+    """Run one of the PostgreSQL client programs the pgserver wheel ships, against ``url``.
+
+    They match the embedded server's version; a server of another (newer)
+    major version may refuse them.
+    """
+    import pgserver
+
+    program = Path(pgserver.__file__).with_name("pginstall") / "bin" / name
+    parsed = make_url(url)
+    connection = ["--host", parsed.query.get("host") or parsed.host or "127.0.0.1", "--port", str(parsed.port or 5432)]
+    connection += ["--username", parsed.username or "postgres", "--dbname", parsed.database]
+    env = {**os.environ, "PGPASSWORD": parsed.password or ""}
+    subprocess.run([str(program), *connection, *args], env=env, check=True, capture_output=True, timeout=300)

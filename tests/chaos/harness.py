@@ -325,9 +325,9 @@ class Pair:
         self.platform = self._platform_service(self.platform.port).start()
 
     @contextmanager
-    def reconciler_running(self, concurrency: int = 4) -> Iterator[None]:
-        """``platform-svc reconcile`` running (until the block ends) beside the inline pushes."""
-        argv = [console_script("platform-svc"), "reconcile", "--concurrency", str(concurrency)]
+    def reconciler_running(self, concurrency: int = 4, options: tuple[str, ...] = ()) -> Iterator[None]:
+        """``platform-svc reconcile [OPTIONS]`` running (until the block ends) beside the inline pushes."""
+        argv = [console_script("platform-svc"), "reconcile", "--concurrency", str(concurrency), *options]
         path = self.workdir / "reconciler.log"
         with open(path, "ab") as log:
             start = log.tell()

@@ -119,7 +119,7 @@ def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, d
     else:
         base_url, headers = world.fuzzed_cluster_svc.url, {"Authorization": f"Bearer {TOKEN}"}
     operations = [result.ok() for result in documents[service].get_all_operations()]
-    assert len(operations) == {"platform_svc": 10, "cluster_svc": 12}[service]  # cluster_svc: + 2 batch routes
+    assert len(operations) == {"platform_svc": 10, "cluster_svc": 13}[service]  # cluster_svc: + 2 batch routes, GET /v1/firewall-rules
 
     for operation in operations:
 

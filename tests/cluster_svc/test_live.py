@@ -225,6 +225,7 @@ OPERATIONS = [
     ("GET", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),
     ("PUT", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),
     ("DELETE", "/v1/clusters/{cluster_id}/firewall-rules/{rule_id}"),
+    ("GET", "/v1/firewall-rules"),
 ]
 
 

@@ -25,6 +25,7 @@ ROUTES = [
     ("GET", "/v1/clusters/{id}/firewall-rules/{rule_id}", None),
     ("PUT", "/v1/clusters/{id}/firewall-rules/{rule_id}", "rule_update"),
     ("DELETE", "/v1/clusters/{id}/firewall-rules/{rule_id}", None),
+    ("GET", "/v1/firewall-rules", None),
 ]
 
 

@@ -1,0 +1,369 @@
+"""Drift repair: compare every platform object with cluster_svc's copy and put
+back in line what cluster_svc lost behind the platform's back.
+
+cluster_svc can lose or regress data the platform believes it confirmed (a
+restore from an old backup, a failover that lost the last commits, a manual
+edit). The push machinery is level-triggered on the platform's own columns,
+so repairing a row means making it *pending* again in the way that makes the
+normal pusher send the right call; the repair itself never calls a write
+route. The findings (``sync_repairs_total``'s ``finding`` label):
+
+- ``missing``: cluster_svc has no row for the object. Alive here: pushed again
+  as a create (``synced_generation`` back to 0; its firewall rules then wait
+  for it, as they wait for any unconfirmed cluster). Deleted here: its delete
+  is pushed again, which records the tombstone that keeps the ID taken.
+- ``behind``: cluster_svc's generation is lower than the one confirmed here:
+  ``synced_generation`` goes back to cluster_svc's, so the update is pushed.
+- ``undeleted``: deleted and confirmed here, alive there: the delete is pushed again.
+- ``deleted_downstream``: alive here, a tombstone there. IDs are never reused,
+  so it cannot be re-created: the row is marked ``failed``, saying so.
+- ``orphan``: a live object there, unknown here, of a team that is one of the
+  platform's accounts: reported only, never changed.
+
+Only rows the platform believes synced are compared (a pending row is being
+pushed anyway; a failed one waits for a person). Every change is a
+conditional UPDATE that applies only while the row is still as it was read,
+so a PATCH, DELETE or push that happens meanwhile wins and the finding is
+dropped.
+
+Bounded work: both sides are walked in id order, a page at a time (a
+merge-join of the platform's table and cluster_svc's keyset-paginated bulk
+read). Each page is read in its own short transaction, its cluster_svc rows
+are fetched by one or two GETs, and its changes are written in one more short
+transaction; no transaction is open across an HTTP call, and a million rows
+make two thousand small steps, not one huge transaction or a million calls.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import OperationalError
+
+from platform_svc.models import Account, Cluster
+from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
+from shared.client import InternalClient
+from shared.db import Database
+
+log = logging.getLogger(__name__)
+
+FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
+PAGE_SIZE = 500  # the most cluster_svc's listing answers at once
+
+DELETED_DOWNSTREAM = (
+    "deleted in cluster_svc while alive on the platform; IDs are never reused, so it cannot be re-created"
+)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One resource as the repair walks it."""
+
+    label: str  # the metric's ``resource`` label and the word in each finding's line
+    kind: Kind
+    listing: str  # cluster_svc's bulk read, every object in id order
+
+
+RESOURCES = (
+    Compared("cluster", CLUSTER, "/v1/clusters"),
+    # After the clusters: a rule's judgement reads its cluster as this pass left it.
+    Compared("firewall_rule", FIREWALL_RULE, "/v1/firewall-rules"),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    resource: str  # "cluster" or "firewall_rule"
+    finding: str  # one of FINDINGS
+    object_id: uuid.UUID
+
+    def __str__(self) -> str:
+        return f"{self.finding} {self.resource} {self.object_id}"
+
+
+@dataclass
+class Report:
+    """What one pass found (and, unless a dry run, put back in line)."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (resource, finding) -> n
+    compared: Counter[str] = field(default_factory=Counter)  # resource -> objects compared
+
+    def summary(self, *, dry_run: bool = False) -> str:
+        by_finding = Counter()
+        for (_resource, finding), n in self.counts.items():
+            by_finding[finding] += n
+        found = ", ".join(f"{by_finding[finding]} {finding}" for finding in FINDINGS)
+        compared = ", ".join(f"{self.compared[r.label]} {r.label}s" for r in RESOURCES)
+        return (
+            f"repair: {found}; compared {sum(self.compared.values())} objects ({compared})"
+            + ("; dry run, nothing changed" if dry_run else "")
+        )
+
+
+class RepairError(Exception):
+    """cluster_svc's listing could not be read; the pass stopped where it was."""
+
+
+class Downstream:
+    """cluster_svc's bulk read of one resource, consumed in id order.
+
+    Every row handed out was fetched after the platform page it is compared
+    with was read: rows fetched beyond that page are dropped and asked for
+    again with the next page, so a push that lands between the two reads
+    cannot look like drift.
+    """
+
+    def __init__(self, client: InternalClient, listing: str, page_size: int) -> None:
+        self.client = client
+        self.listing = listing
+        self.page_size = page_size
+        self.position: uuid.UUID | None = None
+
+    def through(self, last: uuid.UUID | None) -> list[dict[str, Any]]:
+        """Every object after the current position up to ``last`` (None: to the end)."""
+        items: list[dict[str, Any]] = []
+        while True:
+            page, next_after = self._fetch(self.position)
+            within = [item for item in page if last is None or item["id"] <= last]
+            items += within
+            if next_after is None or len(within) < len(page):
+                break
+            self.position = next_after
+            if last is not None and self.position >= last:
+                break
+        if last is not None:
+            self.position = last
+        return items
+
+    def _fetch(self, after: uuid.UUID | None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
+        path = f"{self.listing}?include_deleted=true&limit={self.page_size}"
+        if after is not None:
+            path += f"&after={after}"
+        answer = self.client.read(path)
+        if answer.status != 200 or not isinstance(answer.body, dict):
+            raise RepairError(f"could not read cluster_svc's listing: {answer.reason}")
+        items = []
+        for item in answer.body["items"]:
+            team_id = item.get("team_id")
+            items.append(
+                {
+                    "id": uuid.UUID(item["id"]),
+                    "generation": item["generation"],
+                    "alive": item["deleted_at"] is None,
+                    "team_id": uuid.UUID(team_id) if team_id else None,
+                }
+            )
+        next_after = answer.body.get("next_after")
+        return items, uuid.UUID(next_after) if next_after else None
+
+
+# -- the platform side (each function takes the session, never commits) -----------------
+
+
+def read_page(
+    *, db_session: Connection, kind: Kind, after: uuid.UUID | None, limit: int
+) -> Sequence[RowMapping]:
+    """The next ``limit`` rows in id order, with what judging them needs.
+
+    ``parent_settled`` (firewall rules): the rule's cluster is alive and
+    synced here, so cluster_svc must hold the rule's own row, tombstone or not.
+    """
+    table = kind.resource.table
+    columns = [
+        table.c.id,
+        table.c.generation,
+        table.c.synced_generation,
+        table.c.deleted_at,
+        table.c.delete_synced_at,
+        table.c.sync_state,
+    ]
+    stmt = select(*columns)
+    if kind.resource.parent is not None:
+        parent = Cluster.__table__
+        settled = and_(parent.c.deleted_at.is_(None), parent.c.sync_state == "synced")
+        stmt = stmt.add_columns(settled.label("parent_settled")).join(parent, parent.c.id == table.c.cluster_id)
+    if after is not None:
+        stmt = stmt.where(table.c.id > after)
+    return db_session.execute(stmt.order_by(table.c.id).limit(limit)).mappings().all()
+
+
+def judge(row: RowMapping, theirs: dict[str, Any] | None) -> str | None:
+    """The finding for one platform row and cluster_svc's copy of it, if any."""
+    if row["sync_state"] != "synced":
+        return None
+    if row["deleted_at"] is None:
+        if theirs is None:
+            return "missing"
+        if not theirs["alive"]:
+            return "deleted_downstream"
+        return "behind" if theirs["generation"] < row["generation"] else None
+    if theirs is None:
+        # A rule under a deleted cluster needs no row of its own: the cluster's
+        # tombstone answers for it. Under a cluster not settled yet (one this
+        # pass just put back in line, say), it is judged on a later pass.
+        return "missing" if row.get("parent_settled", True) else None
+    return "undeleted" if theirs["alive"] else None
+
+
+def requeue(
+    *,
+    db_session: Connection,
+    kind: Kind,
+    row: RowMapping,
+    finding: str,
+    theirs: dict[str, Any] | None,
+    dry_run: bool,
+) -> bool:
+    """Put the row back in line for the pusher if it is still as read; say whether it was."""
+    table = kind.resource.table
+    unchanged = [
+        table.c.id == row["id"],
+        table.c.sync_state == "synced",
+        table.c.generation == row["generation"],
+        table.c.synced_generation == row["synced_generation"],
+    ]
+    if row["deleted_at"] is None:
+        unchanged.append(table.c.deleted_at.is_(None))
+    else:
+        unchanged.append(table.c.delete_synced_at == row["delete_synced_at"])
+    if dry_run:
+        return db_session.execute(select(table.c.id).where(*unchanged)).first() is not None
+    again = {"attempts": 0, "next_attempt_at": func.now(), "lease_until": None}
+    changes = {
+        "missing": (
+            {"synced_generation": 0, **again, "sync_error": "repair: cluster_svc had lost it; creating it again"}
+            if row["deleted_at"] is None
+            else {"delete_synced_at": None, **again, "sync_error": "repair: cluster_svc had lost its tombstone"}
+        ),
+        "behind": {
+            "synced_generation": theirs["generation"] if theirs else 0,
+            **again,
+            "sync_error": "repair: cluster_svc had an older generation; pushing the update again",
+        },
+        "undeleted": {"delete_synced_at": None, **again, "sync_error": "repair: alive in cluster_svc; deleting again"},
+        "deleted_downstream": {"sync_failed_at": func.now(), "sync_error": DELETED_DOWNSTREAM},
+    }[finding]
+    changed = db_session.execute(update(table).where(*unchanged).values(changes).returning(table.c.id)).first()
+    return changed is not None
+
+
+def orphans(
+    *, db_session: Connection, kind: Kind, unknown: Sequence[dict[str, Any]]
+) -> list[uuid.UUID]:
+    """Of cluster_svc's live objects not in the page, those unknown here that belong to an account.
+
+    Read after cluster_svc's answer, so an object created (and pushed) since
+    the page was read is found here and is not taken for an orphan.
+    """
+    candidates = [item for item in unknown if item["alive"] and item["team_id"] is not None]
+    if not candidates:
+        return []
+    table = kind.resource.table
+    known = set(db_session.execute(select(table.c.id).where(table.c.id.in_([c["id"] for c in candidates]))).scalars())
+    teams = {c["team_id"] for c in candidates}
+    accounts = set(db_session.execute(select(Account.id).where(Account.id.in_(teams))).scalars())
+    return [c["id"] for c in candidates if c["id"] not in known and c["team_id"] in accounts]
+
+
+# -- the pass ---------------------------------------------------------------------------
+
+
+class Repairer:
+    """Runs repair passes with one database and one client; owns each page's transactions."""
+
+    def __init__(self, database: Database, client: InternalClient, *, page_size: int = PAGE_SIZE) -> None:
+        self.database = database
+        self.client = client
+        self.page_size = page_size
+
+    def run(
+        self,
+        *,
+        dry_run: bool = False,
+        on_finding: Callable[[Finding], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> Report:
+        """One full comparison; return what it found. Findings whose row changed meanwhile are not counted.
+
+        ``on_finding`` hears of each finding once its page is committed;
+        ``stop``, once set, ends the pass after the page at hand.
+
+        :raise RepairError: cluster_svc's listing could not be read (what was
+            found before that stays found and repaired).
+        """
+        report = Report()
+        for resource in RESOURCES:
+            self._walk(resource, report, dry_run, on_finding or (lambda finding: None), stop or threading.Event())
+        return report
+
+    def _walk(
+        self,
+        resource: Compared,
+        report: Report,
+        dry_run: bool,
+        on_finding: Callable[[Finding], None],
+        stop: threading.Event,
+    ) -> None:
+        downstream = Downstream(self.client, resource.listing, self.page_size)
+        after: uuid.UUID | None = None
+        while not stop.is_set():
+            with self.database.begin() as db_session:
+                rows = read_page(db_session=db_session, kind=resource.kind, after=after, limit=self.page_size)
+            last_page = len(rows) < self.page_size
+            # The last page takes the rest of cluster_svc's listing: everything beyond is an orphan candidate.
+            theirs = {item["id"]: item for item in downstream.through(None if last_page else rows[-1]["id"])}
+            judged = []
+            for row in rows:
+                other = theirs.pop(row["id"], None)  # what is left over is unknown to this page
+                judged.append((row, other, judge(row, other)))
+            report.compared[resource.label] += sum(row["sync_state"] == "synced" for row in rows)
+            with self.database.begin() as db_session:
+                found = [
+                    Finding(resource.label, finding, row["id"])
+                    for row, other, finding in judged
+                    if finding is not None
+                    and requeue(
+                        db_session=db_session,
+                        kind=resource.kind,
+                        row=row,
+                        finding=finding,
+                        theirs=other,
+                        dry_run=dry_run,
+                    )
+                ]
+                found += [
+                    Finding(resource.label, "orphan", object_id)
+                    for object_id in orphans(db_session=db_session, kind=resource.kind, unknown=list(theirs.values()))
+                ]
+            for finding in found:  # committed: now it may be told
+                report.counts[(finding.resource, finding.finding)] += 1
+                log.info("repair: %s", finding)
+                on_finding(finding)
+            if last_page:
+                return
+            after = rows[-1]["id"]
+
+
+def run_periodically(repairer: Repairer, interval: float, stop: threading.Event) -> None:
+    """A repair pass every ``interval`` seconds until ``stop`` is set (the reconciler's thread).
+
+    The first pass comes one interval after start-up, so reconcilers restarted
+    together do not all walk both databases at once.
+    """
+    while not stop.wait(interval):
+        try:
+            report = repairer.run(stop=stop)
+        except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: one line, try later
+            log.warning("repair pass stopped: %s", str(exc).splitlines()[0])
+            continue
+        except Exception:
+            log.exception("repair pass failed")
+            continue
+        log.info("%s", report.summary())

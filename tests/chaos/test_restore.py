@@ -1,0 +1,163 @@
+"""Scenario 7: cluster_svc's database restored from an older dump.
+
+An estate of clusters and firewall rules is synced; then, while users create,
+change and delete objects (the reconciler running beside the inline pushes),
+cluster_svc's database is dumped with pg_dump. The writes go on and are all
+synced. Then cluster_svc is stopped, its database restored from the old dump
+(losing every later create, update and delete), and started again. The
+platform knows nothing of it: only the reconciler's periodic drift repair
+(a short ``--repair-interval`` here) can notice. Both databases must end
+exactly equal again, with nothing resurrected or moved backwards on the way.
+"""
+from __future__ import annotations
+
+import random
+import re
+import tempfile
+import time
+from collections import Counter
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from shared.schemas import PLANS
+from tests.chaos.harness import Burst, Pair, PublicApi, cluster_body, expect, rule_body, run_all
+from tooling import embedded_pg
+from tooling.testing import fresh_database
+
+FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
+REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
+
+
+@pytest.fixture(scope="module")
+def cluster_pg():
+    """A PostgreSQL server for cluster_svc alone, of the version the dump and restore programs are."""
+    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgr")))  # short: it holds a Unix socket
+    yield server
+    embedded_pg.stop(server, delete=True)
+
+
+@pytest.fixture(scope="module")
+def pair(pg_server_url, cluster_pg, tmp_path_factory):
+    pair = Pair(
+        platform_db_url=fresh_database(pg_server_url, "chaos_platform"),
+        cluster_db_url=fresh_database(embedded_pg.admin_url(cluster_pg), "chaos_cluster"),
+        workdir=tmp_path_factory.mktemp("restore"),
+    )
+    try:
+        yield pair.start()
+    finally:
+        pair.stop()
+
+
+def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, ...]]]) -> None:
+    """One user's calls, each after the previous answered; a create's ID fills ``{id}`` in the next paths."""
+    created = None
+    for method, path, body, statuses in calls:
+        answer = expect(api.call(method, path.format(id=created), json=body), *statuses)
+        if method == "POST" and created is None:
+            created = answer["id"]
+
+
+def cluster_changes(rng: random.Random) -> dict:
+    return {"plan": rng.choice(PLANS), "storage_gb": rng.randint(10, 4096), "name": f"changed-{rng.randrange(10**6)}"}
+
+
+def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state(pair, scale, rng, figures):
+    api = pair.account("restore")
+    n = scale.objects
+    clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(n)], scale.threads)
+    rules = run_all([partial(api.create_rule, c["id"], rule_body(rng)) for c in clusters[::3]], scale.threads)
+    pair.converge()
+    assert pair.compare().exact
+
+    mark = pair.mark()
+    doomed = rng.sample(clusters, n // 6)
+    doomed_ids = {c["id"] for c in doomed}
+    survivors = [c for c in clusters if c["id"] not in doomed_ids]
+    surviving_rules = [r for r in rules if r["cluster_id"] not in doomed_ids]
+    doomed_rules = surviving_rules[: len(surviving_rules) // 5]
+    changed_rules = surviving_rules[len(surviving_rules) // 5 :][::2]
+    new, with_rule, short_lived = n // 2, n // 4, max(2, n // 12)
+    path = "/v1/clusters"
+    creates = [[("POST", path, cluster_body(rng, n + i), (201,))] for i in range(new - with_rule)]
+    creates += [
+        [
+            ("POST", path, cluster_body(rng, 2 * n + i), (201,)),
+            ("POST", path + "/{id}/firewall-rules", rule_body(rng), (201,)),
+        ]
+        for i in range(with_rule)
+    ]
+    creates += [
+        [("POST", path, cluster_body(rng, 3 * n + i), (201,)), ("DELETE", path + "/{id}", None, (202, 204))]
+        for i in range(short_lived)
+    ]
+    changes = [
+        [("PATCH", f"{path}/{c['id']}", cluster_changes(rng), (200,))] * rng.randint(1, 2)
+        for c in rng.sample(survivors, len(survivors) // 3)
+    ]
+    changes += [
+        [("PATCH", rule_path(r), {"description": f"new {rng.randrange(10**6)}"}, (200,))] for r in changed_rules
+    ]
+    deletes = [[("DELETE", f"{path}/{c['id']}", None, (202, 204))] for c in doomed]
+    deletes += [[("DELETE", rule_path(r), None, (202, 204))] for r in doomed_rules]
+    calls = [partial(in_turn, api, steps) for steps in creates + changes + deletes]
+    rng.shuffle(calls)
+    dump = pair.workdir / "cluster_svc.dump"
+
+    with pair.reconciler_running():  # the default interval: no repair pass within this phase
+        burst = Burst(calls, scale.threads).start()
+        burst.wait_finished(len(calls) // 3)
+        embedded_pg.dump(pair.cluster_db_url, dump)
+        results = burst.results()
+    assert not [r for r in results if isinstance(r, BaseException)]
+    pair.converge()
+    assert pair.compare().exact  # all written and synced, before the restore
+
+    pair.cluster_svc.stop()
+    embedded_pg.restore(pair.cluster_db_url, dump)
+    pair.restart_cluster_svc()
+    pair.events["restore cluster_svc's database from an older dump"] += 1
+    restored_at = time.monotonic()
+    drift = pair.compare()
+    drifted = len({problem.split(":", 1)[0] for problem in drift.problems})
+    assert drifted > 0, "the dump was no older than the database"
+
+    log = pair.workdir / "reconciler.log"
+    log_start = log.stat().st_size
+    with pair.reconciler_running(options=("--repair-interval", REPAIR_INTERVAL)):
+        deadline = time.monotonic() + 180
+        while not (comparison := pair.compare()).exact:
+            assert time.monotonic() < deadline, f"not repaired within 180 s:\n{comparison.describe()}"
+            time.sleep(0.5)
+        seconds = time.monotonic() - restored_at
+    repaired = Counter(re.findall(r"repair: (\w+) (?:cluster|firewall_rule) ", log.read_text()[log_start:]))
+
+    deleted_clusters = len(doomed) + short_lived
+    deleted_rules = sum(r["cluster_id"] in doomed_ids for r in rules) + len(doomed_rules)
+    live = n + new - len(doomed) + len(rules) + with_rule - deleted_rules  # the short-lived ones came and went
+    figures.append(
+        pair.figures(
+            "7 restore of older dump",
+            mark,
+            comparison,
+            expected=(live, deleted_clusters + deleted_rules),
+            notes=f"dump taken after {len(calls) // 3} of {len(calls)} writes; {drifted} objects differed after the"
+            f" restore; repaired: {', '.join(f'{repaired[f]} {f}' for f in FINDINGS)};"
+            f" exact {seconds:.1f} s after the restore (repair every {REPAIR_INTERVAL} s)",
+        )
+    )
+    assert comparison.exact, comparison.describe()
+    assert comparison.live_and_deleted(comparison.platform) == (live, deleted_clusters + deleted_rules)
+    assert repaired["missing"] > 0 and repaired["behind"] > 0 and repaired["undeleted"] > 0, repaired
+    assert repaired["deleted_downstream"] == repaired["orphan"] == 0, repaired
+    assert sum(repaired.values()) <= drifted  # nothing repaired that had not drifted
+    assert set(repaired) <= set(FINDINGS)
+    audit = pair.audit()
+    assert audit.clean, audit
+    assert pair.public_5xx(mark) == 0
+
+
+def rule_path(rule: dict) -> str:
+    return f"/v1/clusters/{rule['cluster_id']}/firewall-rules/{rule['id']}"
