@@ -14,9 +14,7 @@ import hashlib
 from typing import Any
 
 from flask import Flask, Response, request
-from psycopg2.pool import ThreadedConnectionPool
-
-from bench.limit_app import RETURNING, to_json
+from bench.limit_app import RETURNING, WaitingPool, to_json
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -37,7 +35,7 @@ STORE = "UPDATE idempotency_keys SET response_code = %s, response_body = %s WHER
 
 
 def create_app(connect: dict[str, Any], *, pool_size: int) -> Flask:
-    pool = ThreadedConnectionPool(pool_size, pool_size, **connect)
+    pool = WaitingPool(pool_size, **connect)
     app = Flask(__name__)
     app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
 
