@@ -13,7 +13,7 @@ from shared.schemas import (
     OutputSchema,
     PageArgs,
     StrictInteger,
-    Text,
+    description_field,
     page_schema,
 )
 
@@ -66,7 +66,7 @@ class FirewallRuleUpdate(FirewallRuleMutableFields):
     """A PUT: the generation it wants to reach and every mutable field."""
 
     generation = _generation(required=True)
-    description = Text(required=True, validate=validate.Length(max=255))
+    description = description_field(required=True)
 
 
 class FirewallRuleOut(_Lifecycle):

@@ -22,7 +22,7 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import Account
 from shared.db import Database
-from shared.errors import Conflict, Gone, IdConflict
+from shared.errors import Gone, IdConflict, ProblemError
 from shared.idempotent import Resource, create_or_return, get_live, list_live, soft_delete
 
 
@@ -81,6 +81,33 @@ def _hash(secret: str) -> str:
 # Objects -------------------------------------------------------------------
 
 
+class InvalidIdempotencyKey(ProblemError):
+    status, code = 400, "invalid_idempotency_key"
+
+
+class IdempotencyKeyReused(ProblemError):
+    status, code = 422, "idempotency_key_reused"
+
+
+def check_idempotency_key(header: str | None) -> str | None:
+    """The Idempotency-Key as the IETF draft has it: 1-255 printable ASCII characters.
+
+    The header arrives as WSGI has it, one character per byte, so a non-ASCII
+    key ("café" in UTF-8) shows up as characters above 0x7E and is refused,
+    rather than stored garbled. Whitespace around it is HTTP's, not the key's.
+
+    :raise InvalidIdempotencyKey:
+    """
+    if header is None:
+        return None
+    key = header.strip(" \t")
+    if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key header must be 1 to 255 printable ASCII characters (space to '~')."
+        )
+    return key
+
+
 def create_object(
     *,
     db_session: Connection,
@@ -92,9 +119,13 @@ def create_object(
     """Record a new object (a fresh UUIDv7) with a lease for the inline push.
 
     With an Idempotency-Key, the key is unique per account on the object's own
-    row: the same key and body return the first object; another body is a 409.
+    row: the same key and body return the first object as it is now (also
+    while the first request is still pushing it: the draft's optional 409 for
+    a request in flight is not needed, since the row is committed before the
+    push); another body is a 422; the key of a deleted object a 410.
 
-    :raise Conflict: the key was used with another body.
+    :raise IdempotencyKeyReused: the key was used with another body.
+    :raise Gone: the key's object was deleted.
     :raise NotFound, Gone: the parent is missing or deleted.
     """
     row_values = {
@@ -108,8 +139,9 @@ def create_object(
     try:
         return create_or_return(db_session=db_session, resource=resource, values=row_values, conflict_on=conflict_on)
     except IdConflict:
-        raise Conflict(
-            f"Idempotency-Key {idempotency_key!r} was already used with a different request body.",
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {idempotency_key!r} was already used with a different request body; "
+            "use a new key for a different request.",
         ) from None
 
 
