@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -45,9 +46,13 @@ def create_account(*, db_session: Connection, name: str) -> tuple[uuid.UUID, str
 class Authenticator:
     """Maps an API key to its account.
 
-    The row found by the key's public id is kept for a minute (accounts and
+    What is found by the key's public id is kept for a minute (accounts and
     keys never change), so most requests skip a database round trip; the
     secret's hash is compared in constant time on every request all the same.
+
+    An unknown key id costs what a known one costs, so timing cannot tell
+    whether a key id exists: the miss is cached too, and the secret is
+    compared against a dummy hash that nothing matches.
     """
 
     TTL = 60.0
@@ -55,7 +60,9 @@ class Authenticator:
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self._rows: dict[str, tuple[float, uuid.UUID, str]] = {}
+        self._rows: dict[str, tuple[float, uuid.UUID | None, str]] = {}
+        self._lock = threading.Lock()
+        self._dummy_hash = _hash(secrets.token_urlsafe(32))
 
     def __call__(self, api_key: str) -> uuid.UUID | None:
         key_id, _, secret = api_key.partition(".")
@@ -63,15 +70,21 @@ class Authenticator:
             return None
         cached = self._rows.get(key_id)
         if cached is None or cached[0] < time.monotonic():
-            with self.database.engine.connect() as db_session:
-                row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
-            if row is None:
-                return None
-            if len(self._rows) >= self.MAX_ENTRIES:
-                self._rows.clear()
-            cached = self._rows[key_id] = (time.monotonic() + self.TTL, row.id, row.key_hash)
+            cached = self._load(key_id)
         _, account_id, key_hash = cached
-        return account_id if hmac.compare_digest(key_hash, _hash(secret)) else None
+        matches = hmac.compare_digest(key_hash, _hash(secret))
+        return account_id if matches and account_id is not None else None
+
+    def _load(self, key_id: str) -> tuple[float, uuid.UUID | None, str]:
+        with self.database.engine.connect() as db_session:
+            row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
+        entry = (time.monotonic() + self.TTL, *((row.id, row.key_hash) if row else (None, self._dummy_hash)))
+        with self._lock:
+            # Oldest first out: a flood of made-up key ids cannot empty the cache at once.
+            while len(self._rows) >= self.MAX_ENTRIES:
+                self._rows.pop(next(iter(self._rows)))
+            self._rows[key_id] = entry
+        return entry
 
 
 def _hash(secret: str) -> str:
