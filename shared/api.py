@@ -59,7 +59,14 @@ class ProblemApi(flask_smorest.Api):
 
 class _JsonParser(FlaskParser):
     """webargs' parser, also turning JSON Python cannot read (nested too deeply,
-    integers of thousands of digits) into the 400 for invalid JSON."""
+    integers of thousands of digits) into the 400 for invalid JSON.
+
+    Unknown query parameters are refused like unknown body fields (the
+    schema's ``unknown = RAISE``; webargs would ignore them): a misspelt
+    ``limt=5`` is a 422 naming it, not a silently ignored limit.
+    """
+
+    DEFAULT_UNKNOWN_BY_LOCATION = {**FlaskParser.DEFAULT_UNKNOWN_BY_LOCATION, "query": None}
 
     def _raw_load_json(self, req):
         try:
