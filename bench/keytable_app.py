@@ -1,6 +1,6 @@
 """The "key-table" reference: the two-phase idempotency-key protocol this project replaces.
 
-Per request, in one transaction (see ../../shared/seeds/004_*.txt): insert the
+Per request, in one transaction (the classic key-table design): insert the
 key ``ON CONFLICT DO NOTHING``; lock the key row (``SELECT ... FOR UPDATE``);
 if it holds a stored response, answer that (409 when the body differs);
 otherwise do the business INSERT into ``clusters``, store the response on the

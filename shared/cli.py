@@ -68,8 +68,12 @@ def add_service_commands(
     @click.option("--read-timeout", default=READ_TIMEOUT, show_default=True, type=click.IntRange(1, 3600),
                   help="Seconds a client has to send a request's headers (idle keep-alive time included), "
                   "and again for its body; then it is disconnected.")
+    @click.option("--pidfile", type=click.Path(dir_okay=False), default=None,
+                  help="Write the server's process id here (its workers are its children).")
     @fail_fast
-    def serve_command(host: str, port: int, workers: int, pool_size: int, connections: int, read_timeout: int) -> None:
+    def serve_command(
+        host: str, port: int, workers: int, pool_size: int, connections: int, read_timeout: int, pidfile: str | None
+    ) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=pool_size)  # fails here, before forking
         run_gunicorn(
             lambda: create_app(settings),
@@ -79,6 +83,7 @@ def add_service_commands(
             workers=workers,
             connections=connections,
             read_timeout=read_timeout,
+            pidfile=pidfile,
         )
 
     @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
@@ -113,6 +118,7 @@ def run_gunicorn(
     workers: int,
     connections: int = CONNECTIONS,
     read_timeout: int = READ_TIMEOUT,
+    pidfile: str | None = None,
 ) -> None:
     """Serve the app with gevent workers (see shared/gunicorn_worker.py).
 
@@ -128,6 +134,7 @@ def run_gunicorn(
             "worker_connections": connections,
             "worker_class": "shared.gunicorn_worker.ProblemGeventWorker",
             "keepalive": read_timeout,
+            "pidfile": pidfile,
             "proc_name": name,
             "graceful_timeout": 10,
             "errorlog": "-",
