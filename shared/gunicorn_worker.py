@@ -25,6 +25,7 @@ services send in the one envelope.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from http import HTTPStatus
 from typing import Any
@@ -62,6 +63,27 @@ def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
         f"Content-Type: {PROBLEM_JSON}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode("latin-1")
     util.write_nonblock(sock, head + body)
+    _discard_input(sock)
+
+
+def _discard_input(sock, *, limit: int = 64 * 1024, seconds: float = 1.0) -> None:
+    """Read (briefly) what the client sent beyond what gunicorn parsed.
+
+    The connection is closed next; closing it with unread input makes the
+    kernel reset it, and a client that is still sending (a 10 KB request line)
+    then loses the answer above. So: end our side, and drain theirs.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(seconds)
+        deadline, drained = time.monotonic() + seconds, 0
+        while drained < limit and time.monotonic() < deadline:
+            chunk = sock.recv(8192)
+            if not chunk:
+                break
+            drained += len(chunk)
+    except OSError:
+        pass
 
 
 class DeadlineSocket:

@@ -260,8 +260,10 @@ ATTACKS = [
     platform("PATCH of an immutable field", "PATCH", A_CLUSTER, 422, json={"region": "us-east-1"}),
     platform("PATCH of a generation", "PATCH", A_CLUSTER, 422, json={"generation": 1}),
     platform("an empty PATCH", "PATCH", A_CLUSTER, 422, json={}),
-    platform("a 300-character Idempotency-Key", "POST", "/v1/clusters", 422, json=VALID,
+    platform("a 300-character Idempotency-Key", "POST", "/v1/clusters", 400, json=VALID,
              headers=(("Idempotency-Key", "k" * 300),)),
+    platform("a non-ASCII Idempotency-Key", "POST", "/v1/clusters", 400, json=VALID,
+             headers=(("Idempotency-Key", "café".encode().decode("latin-1")),)),
     platform("a forged API key secret", "GET", "/v1/clusters", 401, auth="forged"),
     platform("the internal token", "GET", "/v1/clusters", 401, auth="internal"),
     *(
