@@ -1,6 +1,6 @@
 """The "key-table" reference: the two-phase idempotency-key protocol this project replaces.
 
-Per request, in one transaction (see ../../shared/seeds/004_*.txt): insert the
+Per request, in one transaction (the classic key-table design): insert the
 key ``ON CONFLICT DO NOTHING``; lock the key row (``SELECT ... FOR UPDATE``);
 if it holds a stored response, answer that (409 when the body differs);
 otherwise do the business INSERT into ``clusters``, store the response on the
@@ -14,9 +14,7 @@ import hashlib
 from typing import Any
 
 from flask import Flask, Response, request
-from psycopg2.pool import ThreadedConnectionPool
-
-from bench.limit_app import RETURNING, to_json
+from bench.limit_app import RETURNING, WaitingPool, to_json
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -37,7 +35,7 @@ STORE = "UPDATE idempotency_keys SET response_code = %s, response_body = %s WHER
 
 
 def create_app(connect: dict[str, Any], *, pool_size: int) -> Flask:
-    pool = ThreadedConnectionPool(pool_size, pool_size, **connect)
+    pool = WaitingPool(pool_size, **connect)
     app = Flask(__name__)
     app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
 

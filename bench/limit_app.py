@@ -8,6 +8,7 @@ Same ``clusters`` table (cluster_svc's migrations).
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from flask import Flask, Response, request
@@ -28,9 +29,27 @@ def to_json(row: tuple[Any, ...]) -> str:
     return json.dumps(dict(zip(COLUMNS, row)), default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v))
 
 
+class WaitingPool(ThreadedConnectionPool):
+    """psycopg2's pool, where a caller waits for a free connection instead of
+    failing: a gevent worker runs more requests at once than it has connections
+    (SQLAlchemy's pool, which the services use, waits the same way).
+    minconn == maxconn: psycopg2's pool closes a returned connection beyond minconn."""
+
+    def __init__(self, size: int, **connect: Any) -> None:
+        super().__init__(size, size, **connect)
+        self._free = threading.BoundedSemaphore(size)
+
+    def getconn(self, key: Any = None) -> Any:
+        self._free.acquire()
+        return super().getconn(key)
+
+    def putconn(self, conn: Any = None, key: Any = None, close: bool = False) -> None:
+        super().putconn(conn, key, close)
+        self._free.release()
+
+
 def create_app(connect: dict[str, Any], *, pool_size: int) -> Flask:
-    # minconn == maxconn: psycopg2's pool closes a returned connection beyond minconn.
-    pool = ThreadedConnectionPool(pool_size, pool_size, **connect)
+    pool = WaitingPool(pool_size, **connect)
     app = Flask(__name__)
     app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
 

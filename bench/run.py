@@ -1,4 +1,4 @@
-"""``make bench``: the performance targets P1-P7 of ../shared/guide/performance.md, in one run.
+"""``make bench``: the performance targets P1-P7 of docs/performance.md, in one run.
 
 Everything runs the way users run it: a real PostgreSQL (embedded unless
 ``TEST_DATABASE_URL`` names one), cluster_svc and platform_svc started through
@@ -60,6 +60,7 @@ import uuid6
 
 from bench import keytable_app
 from bench.serve import connect_kwargs
+from shared.cli import READ_TIMEOUT
 from tooling.testing import LiveServer, StatementCounter, console_script, fresh_database, postgres_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -437,11 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--duration", type=float, help="seconds per contender per round")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers, every contender (default 2)")
-    parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker, every contender (default 8)")
+    parser.add_argument("--pool-size", "--threads", dest="pool_size", type=int, default=8,
+                        help="pooled DB connections per gunicorn worker, every contender (default 8)")
     parser.add_argument("--connections", type=int, default=32, help="wrk keep-alive connections (default 32)")
     parser.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (default 2)")
     parser.add_argument("--reconcile-concurrency", type=int, default=16,
-                        help="platform-svc reconcile --concurrency (default 16 = workers x threads)")
+                        help="platform-svc reconcile --concurrency (default 16 = workers x pool size)")
     parser.add_argument("--profile", nargs="?", const="", metavar="DIR",
                         help="also py-spy cluster_svc's create and replay paths; raw profiles go to DIR")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -460,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     log = lambda message: print(message, flush=True)  # noqa: E731
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    serving = ["--workers", str(args.workers), "--threads", str(args.threads)]
+    serving = ["--workers", str(args.workers), "--pool-size", str(args.pool_size)]
     wrk = Wrk(args.wrk_threads, args.connections)
     base_env = {
         "INTERNAL_TOKEN": TOKEN,
@@ -632,8 +634,8 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
                  f" Python {platform.python_version()}; PostgreSQL {pg_version}"
                  f" ({'TEST_DATABASE_URL' if os.environ.get('TEST_DATABASE_URL') else 'embedded'},"
                  f" max_connections {max_conn})")
-    lines.append(f"every contender: gunicorn gthread --workers {args.workers} --threads {args.threads}, keep-alive 30 s,"
-                 f" {args.threads} pooled DB connections per worker")
+    lines.append(f"every contender: gunicorn gevent (shared.gunicorn_worker) --workers {args.workers},"
+                 f" keep-alive / read timeout {READ_TIMEOUT} s, {args.pool_size} pooled DB connections per worker")
     lines.append(f"load: wrk -t{args.wrk_threads} -c{args.connections} (keep-alive), {size.rounds} rounds x"
                  f" {size.duration:g} s per contender, alternated, {size.warmup:g} s warm-up each; medians of rounds")
     lines.append(f"creates: a new UUIDv4 per request; replays: one of {size.replay_ids:,} existing IDs;"
@@ -694,7 +696,7 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
     lines.append("")
     lines.append("summary: " + " | ".join(summary))
     data = {
-        "date": now, "nproc": os.cpu_count(), "workers": args.workers, "threads": args.threads,
+        "date": now, "nproc": os.cpu_count(), "workers": args.workers, "pool_size": args.pool_size,
         "connections": args.connections, "rounds": size.rounds, "duration": size.duration,
         "targets": data_rows,
         "samples": {c.label: c.samples for c in [*phase1, *phase2]},

@@ -15,7 +15,7 @@ from shared.schemas import (
     PageArgs,
     ProblemSchema,
     StrictInteger,
-    Text,
+    description_field,
     page_schema,
 )
 
@@ -84,7 +84,7 @@ class FirewallRuleUpdate(FirewallRuleMutableFields):
     """A PUT: the generation it wants to reach and every mutable field."""
 
     generation = _generation(required=True)
-    description = Text(required=True, validate=validate.Length(max=255))
+    description = description_field(required=True)
 
 
 class FirewallRuleOut(_Lifecycle):

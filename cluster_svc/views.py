@@ -27,15 +27,18 @@ from cluster_svc.schemas import (
     FirewallRulePage,
     FirewallRuleUpdate,
 )
-from shared.api import Blueprint, created_location
+from shared.api import Blueprint, created_location, no_content
 from shared.db import transaction
 from shared.errors import Gone, PayloadTooLarge, ValidationFailed, problem
 from shared.idempotent import CreateResult, Deletion
+from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.schemas import PageArgs
 
 blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
 
 REPLAYED = {"Idempotent-Replayed": "true"}
+CREATED_HEADERS = {"Location": LOCATION}
+REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
 # The single creates' schemas, loading each batch item.
 CLUSTER_CREATE = ClusterCreate()
@@ -51,7 +54,7 @@ def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, st
 def deleted(outcome: Deletion, what: str) -> Response:
     """204 the first time; 410 after; 404 (tombstone recorded) for an ID never seen."""
     if outcome is Deletion.DELETED:
-        return Response(status=204)
+        return no_content()
     if outcome is Deletion.ALREADY_DELETED:
         raise Gone(f"{what} was already deleted.")
     # The view's transaction has committed the new tombstone; this is an answer, not a failure.
@@ -100,8 +103,10 @@ class Clusters(MethodView):
         return {"items": items, "next_after": next_after}
 
     @blp.arguments(ClusterCreate())
-    @blp.response(201, ClusterOut, description="Created")
-    @blp.alt_response(200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)")
+    @blp.response(201, ClusterOut, description="Created", headers=CREATED_HEADERS)
+    @blp.alt_response(
+        200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)", headers=REPLAYED_HEADERS
+    )
     @blp.problem(409, "The ID exists with different immutable fields (id_conflict)")
     @blp.problem(410, "The ID was deleted (gone)")
     def post(self, cluster_in):
@@ -190,8 +195,10 @@ class FirewallRules(MethodView):
         return {"items": items, "next_after": next_after}
 
     @blp.arguments(FirewallRuleCreate())
-    @blp.response(201, FirewallRuleOut, description="Created")
-    @blp.alt_response(200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)")
+    @blp.response(201, FirewallRuleOut, description="Created", headers=CREATED_HEADERS)
+    @blp.alt_response(
+        200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)", headers=REPLAYED_HEADERS
+    )
     @blp.problem(404, "No such cluster")
     @blp.problem(409, "The ID exists with a different cluster or CIDR (id_conflict)")
     @blp.problem(410, "The rule or its cluster was deleted (gone)")

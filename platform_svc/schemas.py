@@ -12,6 +12,7 @@ from shared.schemas import (
     ClusterMutableFields,
     FirewallRuleFields,
     FirewallRuleMutableFields,
+    InputSchema,
     IPNetwork,
     OutputSchema,
     page_schema,
@@ -23,6 +24,9 @@ class ClusterCreate(ClusterFields):
 
 
 class _Patch:
+    class Meta(InputSchema.Meta):
+        json_schema = {"minProperties": 1}  # as _not_empty below refuses {}
+
     @validates_schema
     def _not_empty(self, data, **kwargs):
         if not data:

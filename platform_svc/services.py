@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import Account
 from shared.db import Database
-from shared.errors import Conflict, Gone, IdConflict
+from shared.errors import Gone, IdConflict, ProblemError
 from shared.idempotent import Resource, create_or_return, get_live, list_live, soft_delete
 
 
@@ -45,9 +46,13 @@ def create_account(*, db_session: Connection, name: str) -> tuple[uuid.UUID, str
 class Authenticator:
     """Maps an API key to its account.
 
-    The row found by the key's public id is kept for a minute (accounts and
+    What is found by the key's public id is kept for a minute (accounts and
     keys never change), so most requests skip a database round trip; the
     secret's hash is compared in constant time on every request all the same.
+
+    An unknown key id costs what a known one costs, so timing cannot tell
+    whether a key id exists: the miss is cached too, and the secret is
+    compared against a dummy hash that nothing matches.
     """
 
     TTL = 60.0
@@ -55,7 +60,9 @@ class Authenticator:
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self._rows: dict[str, tuple[float, uuid.UUID, str]] = {}
+        self._rows: dict[str, tuple[float, uuid.UUID | None, str]] = {}
+        self._lock = threading.Lock()
+        self._dummy_hash = _hash(secrets.token_urlsafe(32))
 
     def __call__(self, api_key: str) -> uuid.UUID | None:
         key_id, _, secret = api_key.partition(".")
@@ -63,15 +70,21 @@ class Authenticator:
             return None
         cached = self._rows.get(key_id)
         if cached is None or cached[0] < time.monotonic():
-            with self.database.engine.connect() as db_session:
-                row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
-            if row is None:
-                return None
-            if len(self._rows) >= self.MAX_ENTRIES:
-                self._rows.clear()
-            cached = self._rows[key_id] = (time.monotonic() + self.TTL, row.id, row.key_hash)
+            cached = self._load(key_id)
         _, account_id, key_hash = cached
-        return account_id if hmac.compare_digest(key_hash, _hash(secret)) else None
+        matches = hmac.compare_digest(key_hash, _hash(secret))
+        return account_id if matches and account_id is not None else None
+
+    def _load(self, key_id: str) -> tuple[float, uuid.UUID | None, str]:
+        with self.database.engine.connect() as db_session:
+            row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
+        entry = (time.monotonic() + self.TTL, *((row.id, row.key_hash) if row else (None, self._dummy_hash)))
+        with self._lock:
+            # Oldest first out: a flood of made-up key ids cannot empty the cache at once.
+            while len(self._rows) >= self.MAX_ENTRIES:
+                self._rows.pop(next(iter(self._rows)))
+            self._rows[key_id] = entry
+        return entry
 
 
 def _hash(secret: str) -> str:
@@ -79,6 +92,33 @@ def _hash(secret: str) -> str:
 
 
 # Objects -------------------------------------------------------------------
+
+
+class InvalidIdempotencyKey(ProblemError):
+    status, code = 400, "invalid_idempotency_key"
+
+
+class IdempotencyKeyReused(ProblemError):
+    status, code = 422, "idempotency_key_reused"
+
+
+def check_idempotency_key(header: str | None) -> str | None:
+    """The Idempotency-Key as the IETF draft has it: 1-255 printable ASCII characters.
+
+    The header arrives as WSGI has it, one character per byte, so a non-ASCII
+    key ("café" in UTF-8) shows up as characters above 0x7E and is refused,
+    rather than stored garbled. Whitespace around it is HTTP's, not the key's.
+
+    :raise InvalidIdempotencyKey:
+    """
+    if header is None:
+        return None
+    key = header.strip(" \t")
+    if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+        raise InvalidIdempotencyKey(
+            "The Idempotency-Key header must be 1 to 255 printable ASCII characters (space to '~')."
+        )
+    return key
 
 
 def create_object(
@@ -92,9 +132,13 @@ def create_object(
     """Record a new object (a fresh UUIDv7) with a lease for the inline push.
 
     With an Idempotency-Key, the key is unique per account on the object's own
-    row: the same key and body return the first object; another body is a 409.
+    row: the same key and body return the first object as it is now (also
+    while the first request is still pushing it: the draft's optional 409 for
+    a request in flight is not needed, since the row is committed before the
+    push); another body is a 422; the key of a deleted object a 410.
 
-    :raise Conflict: the key was used with another body.
+    :raise IdempotencyKeyReused: the key was used with another body.
+    :raise Gone: the key's object was deleted.
     :raise NotFound, Gone: the parent is missing or deleted.
     """
     row_values = {
@@ -108,8 +152,9 @@ def create_object(
     try:
         return create_or_return(db_session=db_session, resource=resource, values=row_values, conflict_on=conflict_on)
     except IdConflict:
-        raise Conflict(
-            f"Idempotency-Key {idempotency_key!r} was already used with a different request body.",
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {idempotency_key!r} was already used with a different request body; "
+            "use a new key for a different request.",
         ) from None
 
 

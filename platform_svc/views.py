@@ -22,9 +22,9 @@ from platform_svc.schemas import (
     FirewallRulePatch,
 )
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
-from shared.api import Blueprint, created_location
+from shared.api import Blueprint, created_location, no_content
 from shared.db import transaction
-from shared.errors import ValidationFailed
+from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.schemas import PageArgs
 
 blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and firewall rules of your account")
@@ -36,19 +36,24 @@ IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-    "description": "Same key and body again: 200 with the same object. Same key, other body: 409.",
+    # 1-255 printable ASCII characters; none at either end, where HTTP trims whitespace.
+    "schema": {"type": "string", "pattern": "^[!-~]([ -~]{0,253}[!-~])?$", "maxLength": 255},
+    "description": (
+        "Makes the create safe to retry (IETF draft 'The Idempotency-Key HTTP Header Field'): "
+        "the same key and body again answer 200 with the object as it is now (Idempotent-Replayed: true), "
+        "also while the first request is still in flight; the same key with another body: 422 "
+        "idempotency_key_reused; the key of an object since deleted: 410. Keys are scoped to your account."
+    ),
 }
+INVALID_KEY = "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters (invalid_idempotency_key)"
+KEY_REUSED = "Invalid body (validation_error), or the Idempotency-Key was used with another body (idempotency_key_reused)"
+CREATED_HEADERS = {"Location": LOCATION}
+REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
 
 def idempotency_key() -> str | None:
-    """:raise 422: the header is empty or longer than 255 characters."""
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 1 <= len(key.strip()) <= 255:
-        raise ValidationFailed({"headers": {"Idempotency-Key": ["Must be 1 to 255 characters."]}})
-    return key.strip()
+    """:raise InvalidIdempotencyKey: not 1-255 printable ASCII characters."""
+    return services.check_idempotency_key(request.headers.get("Idempotency-Key"))
 
 
 def pusher():
@@ -57,12 +62,13 @@ def pusher():
 
 def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
     """Commit the new row (with its lease), then push it at once; 200 for a key replay."""
+    key = idempotency_key()
     with transaction() as db_session:
         row, created = services.create_object(
             db_session=db_session,
             resource=kind.resource,
             values=values,
-            idempotency_key=idempotency_key(),
+            idempotency_key=key,
             lease=INLINE_LEASE,
         )
     if not created:
@@ -83,7 +89,7 @@ def push_if_claimed(kind: Kind, row: RowMapping, claimed: RowMapping | None) -> 
 def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
     """204 once cluster_svc confirmed the delete; 202 (with the object) while it is being pushed."""
     if row["sync_state"] == "synced":
-        return Response(status=204)
+        return no_content()
     return schema.dump(row), 202
 
 
@@ -101,9 +107,15 @@ class Clusters(MethodView):
 
     @blp.arguments(ClusterCreate())
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
-    @blp.response(201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)")
-    @blp.alt_response(200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body")
-    @blp.problem(409, "Idempotency-Key reused with a different body")
+    @blp.response(
+        201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)", headers=CREATED_HEADERS
+    )
+    @blp.alt_response(
+        200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body", headers=REPLAYED_HEADERS
+    )
+    @blp.problem(400, INVALID_KEY)
+    @blp.problem(410, "The Idempotency-Key belongs to a cluster since deleted (gone)")
+    @blp.problem(422, KEY_REUSED)
     def post(self, cluster_in):
         """Create a cluster; it gets a UUIDv7 and is pushed down to cluster_svc."""
         values = {**cluster_in, "account_id": g.principal}
@@ -158,6 +170,7 @@ class FirewallRules(MethodView):
     @blp.arguments(PageArgs(), location="query")
     @blp.response(200, FirewallRulePage)
     @blp.problem(404, "No such cluster in your account")
+    @blp.problem(410, "The cluster was deleted")
     def get(self, args, cluster_id):
         """List a cluster's live firewall rules."""
         with transaction() as db_session:
@@ -171,11 +184,14 @@ class FirewallRules(MethodView):
 
     @blp.arguments(FirewallRuleCreate())
     @blp.doc(parameters=[IDEMPOTENCY_KEY])
-    @blp.response(201, FirewallRuleOut, description="Created")
-    @blp.alt_response(200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body")
+    @blp.response(201, FirewallRuleOut, description="Created", headers=CREATED_HEADERS)
+    @blp.alt_response(
+        200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body", headers=REPLAYED_HEADERS
+    )
+    @blp.problem(400, INVALID_KEY)
     @blp.problem(404, "No such cluster in your account")
-    @blp.problem(409, "Idempotency-Key reused with a different body")
-    @blp.problem(410, "The cluster was deleted")
+    @blp.problem(410, "The cluster was deleted, or the Idempotency-Key belongs to a rule since deleted (gone)")
+    @blp.problem(422, KEY_REUSED)
     def post(self, rule_in, cluster_id):
         """Add a firewall rule; pushed down once its cluster is."""
         # The cluster must be this account's (an account never changes, so this

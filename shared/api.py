@@ -13,19 +13,22 @@ from collections.abc import Callable
 from typing import Any
 
 import flask_smorest
-from flask import Flask, g, request
+from flask import Flask, Response, g, request, send_from_directory
+from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
+from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
 
 MAX_BODY_BYTES = 1024 * 1024
+SWAGGER_UI_FILES = "docs/swagger-ui"
 
 # Routes anyone may call: health checks and the API documentation.
-PUBLIC_ENDPOINTS = frozenset({"healthz"})
+PUBLIC_ENDPOINTS = frozenset({"healthz", "swagger_ui_files"})
 PUBLIC_BLUEPRINTS = frozenset({"api-docs"})
 
 
@@ -42,17 +45,28 @@ class ProblemApi(flask_smorest.Api):
             response: dict[str, Any] = {"description": status.phrase}
             if status >= 400:
                 response["content"] = {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}
+            if headers := headers_for(status):
+                response["headers"] = headers
             self.spec.components.response(status.name, response, lazy=True)
-        self.spec.components.response(
-            "DEFAULT_ERROR",
-            {"description": "An error, as problem+json", "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}},
-            lazy=True,
-        )
+        default: dict[str, Any] = {
+            "description": "An error, as problem+json",
+            "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}},
+        }
+        if headers := headers_for("default"):
+            default["headers"] = headers
+        self.spec.components.response("DEFAULT_ERROR", default, lazy=True)
 
 
 class _JsonParser(FlaskParser):
     """webargs' parser, also turning JSON Python cannot read (nested too deeply,
-    integers of thousands of digits) into the 400 for invalid JSON."""
+    integers of thousands of digits) into the 400 for invalid JSON.
+
+    Unknown query parameters are refused like unknown body fields (the
+    schema's ``unknown = RAISE``; webargs would ignore them): a misspelt
+    ``limt=5`` is a 422 naming it, not a silently ignored limit.
+    """
+
+    DEFAULT_UNKNOWN_BY_LOCATION = {**FlaskParser.DEFAULT_UNKNOWN_BY_LOCATION, "query": None}
 
     def _raw_load_json(self, req):
         try:
@@ -71,6 +85,13 @@ class Blueprint(flask_smorest.Blueprint):
     def problem(self, status: int, description: str):
         """Document an error answer of a route, as problem+json."""
         return self.alt_response(status, schema=ProblemSchema, content_type=PROBLEM_JSON, description=description)
+
+
+def no_content() -> Response:
+    """A 204: no body, and so no Content-Type either."""
+    response = Response(status=204)
+    del response.headers["Content-Type"]
+    return response
 
 
 def created_location(object_id: Any) -> str:
@@ -125,11 +146,24 @@ def create_service_app(
     register_error_handlers(app)
     register_authentication(app, authenticate)
     app.before_request(require_json_body)
-    api = ProblemApi(app, spec_kwargs={"security": [{"bearerAuth": []}]})
+    api = ProblemApi(
+        app,
+        spec_kwargs={
+            "security": [{"bearerAuth": []}],
+            "marshmallow_plugin": SchemaPlugin(),
+            "extra_plugins": [ContractPlugin(secured=True)],
+        },
+    )
     api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
     app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
+    # Swagger UI's own files, from the installed swagger-ui-bundle: /docs needs no internet.
+    app.add_url_rule(
+        f"/{SWAGGER_UI_FILES}/<path:filename>",
+        "swagger_ui_files",
+        lambda filename: send_from_directory(swagger_ui_path, filename, max_age=3600),
+    )
     return app, api
 
 
@@ -143,7 +177,7 @@ def configure(app: Flask, *, title: str, testing: bool) -> None:
         OPENAPI_URL_PREFIX="/",
         OPENAPI_JSON_PATH="openapi.json",
         OPENAPI_SWAGGER_UI_PATH="docs",
-        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        OPENAPI_SWAGGER_UI_URL=f"/{SWAGGER_UI_FILES}/",
     )
 
 

@@ -16,6 +16,13 @@ from gunicorn.app.base import BaseApplication
 
 from shared.config import ConfigError, database_url
 
+# serve's defaults. A worker serves CONNECTIONS connections at once; those
+# waiting on the database queue for one of its POOL_SIZE (+ overflow) pooled
+# connections, so PostgreSQL sees a bounded number however many clients come.
+POOL_SIZE = 8
+CONNECTIONS = 1000
+READ_TIMEOUT = 10
+
 
 def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
     """Report a ConfigError as ``<prog>: <message>`` and exit 2, no traceback."""
@@ -44,20 +51,39 @@ def add_service_commands(
     """Give a service's command group its ``serve`` and ``migrate`` commands.
 
     ``load_settings`` reads the environment (raising ConfigError); the settings
-    must be a dataclass with a ``pool_size`` field, set to the thread count so
-    every gunicorn thread can hold a database connection.
+    must be a dataclass with a ``pool_size`` field, set from ``--pool-size``.
     """
 
-    @group.command("serve", help="Serve the API with gunicorn (threaded workers, keep-alive).")
+    @group.command("serve", help="Serve the API with gunicorn (gevent workers, keep-alive).")
     @click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST", help="Address to bind.")
     @click.option("--port", default=default_port, show_default=True, type=click.IntRange(1, 65535))
     @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), envvar="WORKERS")
-    @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256), envvar="THREADS")
+    # --threads is the name this option had under the threaded worker, where
+    # each thread held one connection; scripts that pass it keep working.
+    @click.option("--pool-size", "--threads", "pool_size", default=POOL_SIZE, show_default=True,
+                  type=click.IntRange(1, 256), envvar="DB_POOL_SIZE",
+                  help="Database connections each worker keeps; requests beyond them wait for one.")
+    @click.option("--connections", default=CONNECTIONS, show_default=True, type=click.IntRange(1, 100_000),
+                  help="Connections each worker serves at once (idle and slow ones included).")
+    @click.option("--read-timeout", default=READ_TIMEOUT, show_default=True, type=click.IntRange(1, 3600),
+                  help="Seconds a client has to send a request's headers (idle keep-alive time included), "
+                  "and again for its body; then it is disconnected.")
+    @click.option("--pidfile", type=click.Path(dir_okay=False), default=None,
+                  help="Write the server's process id here (its workers are its children).")
     @fail_fast
-    def serve_command(host: str, port: int, workers: int, threads: int) -> None:
-        settings = dataclasses.replace(load_settings(), pool_size=threads)  # fails here, before forking
+    def serve_command(
+        host: str, port: int, workers: int, pool_size: int, connections: int, read_timeout: int, pidfile: str | None
+    ) -> None:
+        settings = dataclasses.replace(load_settings(), pool_size=pool_size)  # fails here, before forking
         run_gunicorn(
-            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, threads=threads
+            lambda: create_app(settings),
+            name=name,
+            host=host,
+            port=port,
+            workers=workers,
+            connections=connections,
+            read_timeout=read_timeout,
+            pidfile=pidfile,
         )
 
     @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
@@ -83,16 +109,32 @@ class _Gunicorn(BaseApplication):
         return self._load_app()
 
 
-def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int, workers: int, threads: int) -> None:
-    """Serve the app with gunicorn's threaded workers (keep-alive capable)."""
+def run_gunicorn(
+    load_app: Callable[[], Any],
+    *,
+    name: str,
+    host: str,
+    port: int,
+    workers: int,
+    connections: int = CONNECTIONS,
+    read_timeout: int = READ_TIMEOUT,
+    pidfile: str | None = None,
+) -> None:
+    """Serve the app with gevent workers (see shared/gunicorn_worker.py).
+
+    ``read_timeout`` is gunicorn's keep-alive: how long a connection may stay
+    silent, or take to send a request's headers; the worker gives the body
+    the same time again.
+    """
     _Gunicorn(
         load_app,
         {
             "bind": f"{host}:{port}",
             "workers": workers,
-            "threads": threads,
-            "worker_class": "shared.gunicorn_worker.ProblemThreadWorker",
-            "keepalive": 30,
+            "worker_connections": connections,
+            "worker_class": "shared.gunicorn_worker.ProblemGeventWorker",
+            "keepalive": read_timeout,
+            "pidfile": pidfile,
             "proc_name": name,
             "graceful_timeout": 10,
             "errorlog": "-",

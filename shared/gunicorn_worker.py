@@ -1,4 +1,19 @@
-"""gunicorn's threaded worker, answering malformed HTTP as problem+json.
+"""The services' gunicorn worker: gevent, slow clients bounded, malformed HTTP as problem+json.
+
+Why gevent (docs/decisions/0004-worker-model.md): a threaded worker gives
+each connection a thread while it reads the request, so a few dozen
+connections that stay silent or send their headers a line at a time hold
+every thread and nobody else is answered. Under gevent a connection costs a
+greenlet; psycopg2 (through psycogreen) and every socket, lock and queue
+(through gevent's monkey-patching) wait cooperatively, so one worker serves
+hundreds of connections while any number of them dawdle.
+
+Slow clients are dropped, not just tolerated. gunicorn bounds the wait for a
+request line and headers (idle keep-alive time included) by ``keepalive``
+seconds; this worker bounds the body the same way, counted from the end of
+the headers. Past the deadline a read returns end-of-file, so the request
+ends as a client disconnection (Werkzeug answers 400) and the connection is
+closed.
 
 Requests gunicorn cannot parse (a NUL in a header, a 10 KB request line, two
 Content-Lengths, ...) never reach Flask: gunicorn answers them itself with an
@@ -10,10 +25,15 @@ services send in the one envelope.
 from __future__ import annotations
 
 import json
+import socket
+import time
 from http import HTTPStatus
+from typing import Any
 
+import gevent
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.ggevent import GeventWorker
+from psycogreen.gevent import patch_psycopg
 
 from shared.errors import PROBLEM_JSON, TYPE_PREFIX
 
@@ -43,9 +63,75 @@ def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
         f"Content-Type: {PROBLEM_JSON}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode("latin-1")
     util.write_nonblock(sock, head + body)
+    _discard_input(sock)
 
 
-class ProblemThreadWorker(ThreadWorker):
+def _discard_input(sock, *, limit: int = 64 * 1024, seconds: float = 1.0) -> None:
+    """Read (briefly) what the client sent beyond what gunicorn parsed.
+
+    The connection is closed next; closing it with unread input makes the
+    kernel reset it, and a client that is still sending (a 10 KB request line)
+    then loses the answer above. So: end our side, and drain theirs.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(seconds)
+        deadline, drained = time.monotonic() + seconds, 0
+        while drained < limit and time.monotonic() < deadline:
+            chunk = sock.recv(8192)
+            if not chunk:
+                break
+            drained += len(chunk)
+    except OSError:
+        pass
+
+
+class DeadlineSocket:
+    """A client socket whose reads end (as end-of-file) once a deadline has passed.
+
+    Everything but ``recv`` is the wrapped gevent socket's own.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._deadline: float | None = None
+        self._expired = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def set_deadline(self, seconds: float | None) -> None:
+        self._deadline = None if seconds is None else time.monotonic() + seconds
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        if self._expired:
+            return b""
+        if self._deadline is None:
+            return self._sock.recv(size, *flags)
+        # Bytes already received are returned at once even past the deadline
+        # (gevent reads before it waits): only waiting is bounded.
+        with gevent.Timeout(max(self._deadline - time.monotonic(), 0.001), False):
+            return self._sock.recv(size, *flags)
+        self._expired = True
+        return b""
+
+
+class ProblemGeventWorker(GeventWorker):
+    def patch(self) -> None:
+        super().patch()  # gevent.monkey.patch_all(), before the app is built
+        patch_psycopg()  # psycopg2 waits for PostgreSQL through gevent
+
     def init_process(self) -> None:
         util.write_error = write_problem
         super().init_process()
+
+    def handle(self, listener, client, addr) -> None:
+        super().handle(listener, DeadlineSocket(client), addr)
+
+    def handle_request(self, listener_name, req, sock, addr) -> None:
+        # Headers are in; the body (read by the app) gets the same time again.
+        sock.set_deadline(self.cfg.keepalive)
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        finally:
+            sock.set_deadline(None)

@@ -6,11 +6,14 @@ name is a 422 naming the field rather than a silently ignored value.
 from __future__ import annotations
 
 import ipaddress
+import re
 import uuid
 from typing import Any
 
 import marshmallow as ma
 from marshmallow import fields, validate
+
+from shared.openapi import NO_NUL, FullMatch
 
 
 class InputSchema(ma.Schema):
@@ -71,8 +74,28 @@ class Text(fields.String):
         return text
 
 
+# What a network in CIDR notation looks like (the document publishes it); the
+# address and prefix are then checked by :mod:`ipaddress`. A bare address is
+# the network of that one host (/32 or /128).
+CIDR_SYNTAX = r"^[0-9A-Fa-f.:]{2,39}(/[0-9]{1,3})?$"
+
+
+_CIDR_SYNTAX = re.compile(CIDR_SYNTAX)
+
+
 class IPNetwork(fields.String):
-    """An IPv4 or IPv6 network in CIDR notation, loaded as an :mod:`ipaddress` network."""
+    """An IPv4 or IPv6 network in CIDR notation (host bits zero), loaded as an
+    :mod:`ipaddress` network."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        metadata = {
+            "format": "cidr",
+            "pattern": CIDR_SYNTAX,
+            "maxLength": 43,
+            "description": "IPv4 or IPv6 network in CIDR notation, host bits zero, e.g. 10.0.0.0/8",
+            **kwargs.pop("metadata", {}),
+        }
+        super().__init__(metadata=metadata, **kwargs)
 
     default_error_messages = {
         "invalid_network": "Not a valid IPv4 or IPv6 network in CIDR notation (for example 10.0.0.0/8).",
@@ -84,7 +107,9 @@ class IPNetwork(fields.String):
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if "%" in text:  # an IPv6 zone ("fe80::%eth0") names an interface, not a network
+        # Refuses what ipaddress would also read but the document does not allow:
+        # a netmask instead of a prefix, an IPv6 zone ("fe80::%eth0").
+        if _CIDR_SYNTAX.fullmatch(text) is None:
             raise self.make_error("invalid_network")
         try:
             return ipaddress.ip_network(text, strict=True)
@@ -133,7 +158,14 @@ def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
 PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
 
-CLUSTER_NAME = validate.Regexp(r"\A[a-z0-9-]{1,63}\Z", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
+# Portable (ECMA-262) in the document; matched against the whole string, so a
+# trailing newline is refused as well.
+CLUSTER_NAME = FullMatch(r"^[a-z0-9-]{1,63}$", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
+
+
+def description_field(**kwargs: Any) -> Text:
+    """A free-text description: at most 255 characters, no NUL."""
+    return Text(validate=validate.Length(max=255), metadata={"pattern": NO_NUL}, **kwargs)
 
 
 class ClusterMutableFields(InputSchema):
@@ -148,8 +180,11 @@ class ClusterFields(ClusterMutableFields):
 
 
 class FirewallRuleMutableFields(InputSchema):
-    description = Text(load_default="", validate=validate.Length(max=255))
+    # No default here: this is also the PATCH body, where a default would make a
+    # generated client send "" for a field its caller never set.
+    description = description_field()
 
 
 class FirewallRuleFields(FirewallRuleMutableFields):
-    cidr = IPNetwork(required=True, metadata={"description": "IPv4 or IPv6 network, e.g. 10.0.0.0/8"})
+    description = description_field(load_default="")
+    cidr = IPNetwork(required=True)

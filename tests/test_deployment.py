@@ -7,6 +7,7 @@ it wires what the run contract asks for.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,12 +23,29 @@ def compose():
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def test_compose_file_is_valid():
+def compose_config(**env: str) -> subprocess.CompletedProcess:
+    """`docker-compose config -q` with exactly these settings (and PATH) in its environment."""
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose is not installed (.ci/run installs it from Debian's packages)")
-    result = subprocess.run([binary, "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+    return subprocess.run(
+        [binary, "config", "-q"], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_compose_file_is_valid():
+    result = compose_config(INTERNAL_TOKEN="a-token-for-the-check")
     assert result.returncode == 0, result.stderr
+
+
+def test_compose_refuses_to_start_without_an_internal_token():
+    """No default token: a deployment that forgot to set one must not come up with a guessable one."""
+    result = compose_config()
+
+    assert result.returncode != 0
+    assert "INTERNAL_TOKEN" in result.stderr
+    assert "change-me" not in (ROOT / "docker-compose.yml").read_text()
 
 
 def test_compose_runs_postgres_both_services_and_the_reconciler(compose):

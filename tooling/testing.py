@@ -11,6 +11,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,8 +81,8 @@ class LiveServer:
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or listening while its workers still boot
             time.sleep(0.05)
         raise TimeoutError(f"{self.argv[0]} did not become healthy on port {self.port}")
 
@@ -125,6 +126,38 @@ class StatementCounter:
             yield self.statements
         finally:
             event.remove(self.engine, "before_cursor_execute", self._record)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fuzzing_config() -> Any:
+    """schemathesis' configuration for these APIs: the project's schemathesis.toml."""
+    from schemathesis.config import SchemathesisConfig
+
+    return SchemathesisConfig.from_path(ROOT / "schemathesis.toml")
+
+
+def every_check() -> list[Any]:
+    """All of schemathesis' built-in checks."""
+    from schemathesis.checks import CHECKS, load_all_checks
+
+    load_all_checks()
+    return CHECKS.get_all()
+
+
+def unique_idempotency_key(case: Any) -> None:
+    """Make a generated Idempotency-Key unique to this request.
+
+    The fuzzer picks keys from a small space and sends two different bodies
+    with one key; the answer, 422 idempotency_key_reused, is the contract's,
+    not a valid request refused. A unique suffix keeps the key as valid (or
+    invalid) as it was generated.
+    """
+    headers = case.headers or {}
+    key = headers.get("Idempotency-Key")
+    if isinstance(key, str) and key.strip() and key.isascii() and key.isprintable() and len(key) <= 255:
+        headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4().hex}"
 
 
 def assert_problem(response, status: int, code: str) -> dict:

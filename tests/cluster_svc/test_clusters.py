@@ -326,6 +326,7 @@ def test_delete_answers_204_then_410(client, engine, cluster):
 
     assert first.status_code == 204
     assert first.get_data() == b""
+    assert "Content-Type" not in first.headers  # no body, so nothing to type
     row = db_row(engine, "clusters", cluster["id"])
     assert row["deleted_at"] is not None
     assert row["name"] == cluster["name"]  # a tombstone keeps what it was

@@ -16,7 +16,7 @@ from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import text
 
 from shared.client import InternalClient, Outcome
-from tooling.testing import LiveServer, console_script, free_port
+from tooling.testing import LiveServer, console_script, every_check, free_port, fuzzing_config
 from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -231,7 +231,7 @@ OPERATIONS = [
 
 @pytest.fixture(scope="module")
 def api_schema(live):
-    return schemathesis.openapi.from_url(f"{live.url}/openapi.json")
+    return schemathesis.openapi.from_url(f"{live.url}/openapi.json", config=fuzzing_config())
 
 
 def test_the_fuzzed_operations_are_all_the_documented_ones(api_schema):
@@ -244,6 +244,7 @@ def test_the_fuzzed_operations_are_all_the_documented_ones(api_schema):
 @pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
 def test_no_generated_request_gets_a_5xx_and_every_4xx_is_a_problem(live, api_schema, method, path, mode):
     operation = api_schema[path][method]
+    checks = every_check()
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
@@ -263,6 +264,7 @@ def test_no_generated_request_gets_a_5xx_and_every_4xx_is_a_problem(live, api_sc
             body = response.json()
             assert body["status"] == response.status_code
             assert body["code"] and body["title"] and body["detail"] and body["type"]
+        case.validate_response(response, checks=checks, headers=AUTH)  # every schemathesis check
 
     check()
 

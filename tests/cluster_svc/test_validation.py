@@ -330,6 +330,7 @@ def test_invalid_rule_update_is_422_and_changes_nothing(client, engine, cluster,
         (f"after={NIL}", "after"),
         ("team_id=nope", "team_id"),
         ("team_id=", "team_id"),
+        ("limt=5", "limt"),  # unknown, like an unknown body field
     ],
 )
 def test_invalid_list_query_is_422_naming_it(client, query, field):

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc import services
-from tooling.testing import assert_problem, console_script
+from tooling.testing import StatementCounter, assert_problem, console_script
 from tests.platform_svc.conftest import authed_client, cluster_body, make_account
 
 
@@ -73,6 +73,36 @@ def test_authenticate_maps_a_key_to_its_account(platform_database):
     assert authenticate(api_key + "x") is None  # the row is cached now; the secret still has to match
     assert authenticate(api_key.partition(".")[2]) is None
     assert authenticate(api_key) == account_id
+
+
+def test_an_unknown_key_id_costs_what_a_known_one_costs(platform_database):
+    """Timing must not tell whether a key id exists: a miss is looked up once, then cached like a hit."""
+    _, api_key = make_account(platform_database, "timing")
+    unknown = "0123456789abcdef." + api_key.partition(".")[2]
+    authenticate = services.Authenticator(platform_database)
+    counter = StatementCounter(platform_database.engine)
+
+    def statements(key, times=3):
+        with counter.counting() as sent:
+            for _ in range(times):
+                authenticate(key)
+        return len(sent)
+
+    assert (statements(api_key), statements(unknown)) == (1, 1)  # one lookup each, then the cache
+    assert (statements(api_key), statements(unknown)) == (0, 0)
+    assert authenticate(unknown) is None
+    assert authenticate(api_key) is not None
+
+
+def test_a_flood_of_unknown_key_ids_keeps_the_cache_bounded(platform_database, monkeypatch):
+    _, api_key = make_account(platform_database, "flood")
+    monkeypatch.setattr(services.Authenticator, "MAX_ENTRIES", 5)
+    authenticate = services.Authenticator(platform_database)
+    for n in range(20):
+        assert authenticate(f"{n:016x}.secret") is None
+
+    assert len(authenticate._rows) == 5
+    assert authenticate(api_key) is not None
 
 
 def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):

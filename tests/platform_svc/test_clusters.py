@@ -45,6 +45,16 @@ def test_get_answers_the_cluster_with_its_sync_state(client, cluster):
     assert response.get_json() == cluster
 
 
+def test_a_confirmed_delete_is_204_without_body_or_content_type(client):
+    created = client.post("/v1/clusters", json=cluster_body(name="to-delete")).get_json()
+
+    deleted = client.delete(f"/v1/clusters/{created['id']}")
+
+    assert deleted.status_code == 204
+    assert deleted.get_data() == b""
+    assert "Content-Type" not in deleted.headers
+
+
 def test_get_of_an_unknown_id_is_404(client):
     assert_problem(client.get(f"/v1/clusters/{uuid.uuid4()}"), 404, "not_found")
 

@@ -109,18 +109,6 @@ def test_a_malformed_id_in_the_path_is_422(client, path):
     assert "path" in problem["errors"]
 
 
-@pytest.mark.parametrize("key", ["", "   ", "k" * 256])
-def test_a_bad_idempotency_key_is_422_and_stores_nothing(client, account, platform_engine, key):
-    before = count_rows(platform_engine, "clusters", account[0])
-
-    problem = assert_problem(
-        client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}), 422, "validation_error"
-    )
-
-    assert "Idempotency-Key" in problem["errors"]["headers"]
-    assert count_rows(platform_engine, "clusters", account[0]) == before
-
-
 def test_an_unknown_route_is_404_problem_json(client):
     assert_problem(client.get("/v1/databases"), 404, "not_found")
 
