@@ -244,7 +244,7 @@ def test_the_fuzzed_operations_are_all_the_documented_ones(api_schema):
 @pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
 def test_no_generated_request_gets_a_5xx_and_every_4xx_is_a_problem(live, api_schema, method, path, mode):
     operation = api_schema[path][method]
-    checks = every_check()
+    checks = every_check(path)
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
