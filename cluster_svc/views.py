@@ -1,9 +1,15 @@
-"""cluster_svc's HTTP routes. Views translate; services decide."""
+"""cluster_svc's HTTP routes. Views translate; services decide.
+
+The helpers that turn a service's result into an answer are also where the
+idempotency outcomes are counted (``idempotent_*_total``), once each.
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flask import Response
+from sqlalchemy import Connection
 from flask.views import MethodView
 
 from cluster_svc import services
@@ -19,14 +25,36 @@ from cluster_svc.schemas import (
     FirewallRuleUpdate,
 )
 from shared.api import Blueprint, created_location
+from shared.counters import count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, problem
+from shared.errors import Gone, IdConflict, problem
 from shared.idempotent import Deletion
 from shared.schemas import PageArgs
 
 blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
 
 REPLAYED = {"Idempotent-Replayed": "true"}
+CLUSTER, FIREWALL_RULE = "cluster", "firewall_rule"  # the metrics' resource labels
+
+
+def create_answer(
+    resource: str, create: Callable[[Connection], tuple[Any, bool]]
+) -> tuple[Any, int, dict[str, str]]:
+    """Run ``create`` in its own transaction; count its outcome and answer it.
+
+    :raise IdConflict, Gone: as ``create`` does (counted as conflict and gone).
+    """
+    try:
+        with transaction() as db_session:
+            row, created = create(db_session)
+    except IdConflict:
+        count_create(resource, "conflict")
+        raise
+    except Gone:
+        count_create(resource, "gone")
+        raise
+    count_create(resource, "created" if created else "replayed")
+    return created_or_replayed(row, created)
 
 
 def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
@@ -35,8 +63,15 @@ def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, st
     return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
 
 
-def deleted(outcome: Deletion, what: str) -> Response:
+def updated(resource: str, row: Any, applied: bool) -> Any:
+    """The current state, whether the update applied or was stale (counted as such)."""
+    count_update(resource, "applied" if applied else "stale")
+    return row
+
+
+def deleted(resource: str, outcome: Deletion, what: str) -> Response:
     """204 the first time; 410 after; 404 (tombstone recorded) for an ID never seen."""
+    count_delete(resource, outcome.value)
     if outcome is Deletion.DELETED:
         return Response(status=204)
     if outcome is Deletion.ALREADY_DELETED:
@@ -62,9 +97,9 @@ class Clusters(MethodView):
     @blp.problem(410, "The ID was deleted (gone)")
     def post(self, cluster_in):
         """Create a cluster with the caller's ID, or return the one that has it."""
-        with transaction() as db_session:
-            row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
-        return created_or_replayed(row, created)
+        return create_answer(
+            CLUSTER, lambda db_session: services.create_cluster(db_session=db_session, cluster_in=cluster_in)
+        )
 
 
 @blp.route("/clusters/<object_id:cluster_id>")
@@ -84,8 +119,8 @@ class Cluster(MethodView):
     def put(self, cluster_in, cluster_id):
         """Update a cluster's mutable fields if the generation is newer than the stored one."""
         with transaction() as db_session:
-            row, _applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
-        return row
+            row, applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
+        return updated(CLUSTER, row, applied)
 
     @blp.response(204, description="Deleted")
     @blp.problem(404, "Never existed; a tombstone is recorded")
@@ -94,7 +129,7 @@ class Cluster(MethodView):
         """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
         with transaction() as db_session:
             outcome = services.delete_cluster(db_session=db_session, cluster_id=cluster_id)
-        return deleted(outcome, f"Cluster {cluster_id}")
+        return deleted(CLUSTER, outcome, f"Cluster {cluster_id}")
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
@@ -117,9 +152,12 @@ class FirewallRules(MethodView):
     @blp.problem(410, "The rule or its cluster was deleted (gone)")
     def post(self, rule_in, cluster_id):
         """Create a firewall rule with the caller's ID, or return the one that has it."""
-        with transaction() as db_session:
-            row, created = services.create_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_in=rule_in)
-        return created_or_replayed(row, created)
+        return create_answer(
+            FIREWALL_RULE,
+            lambda db_session: services.create_firewall_rule(
+                db_session=db_session, cluster_id=cluster_id, rule_in=rule_in
+            ),
+        )
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
@@ -139,10 +177,10 @@ class FirewallRule(MethodView):
     def put(self, rule_in, cluster_id, rule_id):
         """Update a rule's description if the generation is newer than the stored one."""
         with transaction() as db_session:
-            row, _applied = services.update_firewall_rule(
+            row, applied = services.update_firewall_rule(
                 db_session=db_session, cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
             )
-        return row
+        return updated(FIREWALL_RULE, row, applied)
 
     @blp.response(204, description="Deleted")
     @blp.problem(404, "Never existed (a tombstone is recorded), or no such cluster")
@@ -151,4 +189,4 @@ class FirewallRule(MethodView):
         """Delete a firewall rule (soft delete; the ID stays taken)."""
         with transaction() as db_session:
             outcome = services.delete_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
-        return deleted(outcome, f"Firewall rule {rule_id}")
+        return deleted(FIREWALL_RULE, outcome, f"Firewall rule {rule_id}")

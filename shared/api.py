@@ -1,18 +1,20 @@
 """The web application skeleton both services share.
 
 ``create_service_app`` is the factory's common part, as small named steps:
-configuration, database, error handlers, bearer authentication, OpenAPI. Each
-service adds its blueprints.
+configuration, database, error handlers, observability (request IDs, metrics,
+access log, health, readiness), bearer authentication, OpenAPI. Each service
+adds its blueprints.
 """
 from __future__ import annotations
 
 import http
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask_smorest
+from apispec import BasePlugin
 from flask import Flask, g, request
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
@@ -20,13 +22,45 @@ from werkzeug.routing import BaseConverter
 
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
+from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
+from shared.request_id import HEADER as REQUEST_ID_HEADER
 from shared.schemas import ProblemSchema
 
 MAX_BODY_BYTES = 1024 * 1024
 
-# Routes anyone may call: health checks and the API documentation.
-PUBLIC_ENDPOINTS = frozenset({"healthz"})
+# Routes the bearer check leaves alone: health checks, /metrics (which checks
+# the internal token itself) and the API documentation.
+UNGUARDED_ENDPOINTS = PUBLIC_ENDPOINTS | SELF_AUTHENTICATED_ENDPOINTS
 PUBLIC_BLUEPRINTS = frozenset({"api-docs"})
+
+# Headers every response carries, declared on every response in the OpenAPI document.
+COMMON_RESPONSE_HEADERS = {
+    REQUEST_ID_HEADER: {
+        "description": "The caller's X-Request-ID if it was 1-128 printable ASCII characters, else a new one.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+    },
+}
+
+
+def _with_common_headers(response: Any) -> Any:
+    if isinstance(response, dict) and "$ref" not in response:
+        response.setdefault("headers", {}).update(
+            {name: {"$ref": f"#/components/headers/{name}"} for name in COMMON_RESPONSE_HEADERS}
+        )
+    return response
+
+
+class CommonHeadersPlugin(BasePlugin):
+    """Declares COMMON_RESPONSE_HEADERS on every response of every operation."""
+
+    def init_spec(self, spec) -> None:
+        for name, header in COMMON_RESPONSE_HEADERS.items():
+            spec.components.header(name, header)
+
+    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
+        for operation in (operations or {}).values():
+            for response in operation.get("responses", {}).values():
+                _with_common_headers(response)
 
 
 class ProblemApi(flask_smorest.Api):
@@ -42,10 +76,12 @@ class ProblemApi(flask_smorest.Api):
             response: dict[str, Any] = {"description": status.phrase}
             if status >= 400:
                 response["content"] = {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}
-            self.spec.components.response(status.name, response, lazy=True)
+            self.spec.components.response(status.name, _with_common_headers(response), lazy=True)
         self.spec.components.response(
             "DEFAULT_ERROR",
-            {"description": "An error, as problem+json", "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}},
+            _with_common_headers(
+                {"description": "An error, as problem+json", "content": {PROBLEM_JSON: {"schema": self.ERROR_SCHEMA}}}
+            ),
             lazy=True,
         )
 
@@ -112,24 +148,30 @@ def create_service_app(
     title: str,
     database: Database,
     authenticate: Callable[[str], Any | None],
+    internal_token: str,
+    metrics_collectors: Iterable[object] = (),
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
 
     ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
-    or ``None`` when the token is not valid.
+    or ``None`` when the token is not valid. ``internal_token`` guards
+    ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
     """
     app = Flask(name)
     configure(app, title=title, testing=testing)
     database.init_app(app)
     register_error_handlers(app)
+    api = ProblemApi(app, spec_kwargs={"security": [{"bearerAuth": []}], "extra_plugins": [CommonHeadersPlugin()]})
+    api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
+    # First of the request hooks, so that requests the others refuse are counted and logged too.
+    register_observability(
+        app, api, service=title, internal_token=internal_token, database=database, collectors=metrics_collectors
+    )
     register_authentication(app, authenticate)
     app.before_request(require_json_body)
-    api = ProblemApi(app, spec_kwargs={"security": [{"bearerAuth": []}]})
-    api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
-    app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
     return app, api
 
 
@@ -170,7 +212,7 @@ def require_json_body() -> None:
 def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:
     @app.before_request
     def require_bearer_token() -> None:
-        if request.endpoint in PUBLIC_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
+        if request.endpoint in UNGUARDED_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
             return
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         principal = authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None

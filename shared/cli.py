@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,10 @@ from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
 from shared.config import ConfigError, database_url
+from shared.logs import log_format, logging_config
+
+# prometheus-client's setting: where gunicorn workers keep their counts (see shared.metrics).
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,8 +63,9 @@ def add_service_commands(
     @fail_fast
     def serve_command(host: str, port: int, workers: int, threads: int) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=threads)  # fails here, before forking
+        fmt = log_format()
         run_gunicorn(
-            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, threads=threads
+            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, threads=threads, log_format=fmt
         )
 
     @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
@@ -83,8 +91,26 @@ class _Gunicorn(BaseApplication):
         return self._load_app()
 
 
-def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int, workers: int, threads: int) -> None:
-    """Serve the app with gunicorn's threaded workers (keep-alive capable)."""
+def run_gunicorn(
+    load_app: Callable[[], Any],
+    *,
+    name: str,
+    host: str,
+    port: int,
+    workers: int,
+    threads: int,
+    log_format: str = "text",
+) -> None:
+    """Serve the app with gunicorn's threaded workers (keep-alive capable).
+
+    Every worker writes its metrics into a directory of this serve's own,
+    made empty here before the first fork (and removed when gunicorn exits),
+    so counts from an earlier run never leak in and a scrape answered by any
+    worker adds up all of them. The app must not have imported
+    prometheus-client before this point (see shared.metrics).
+    """
+    metrics_dir = tempfile.mkdtemp(prefix=f"{name}-metrics-")
+    os.environ[MULTIPROC_DIR] = metrics_dir
     _Gunicorn(
         load_app,
         {
@@ -100,8 +126,21 @@ def run_gunicorn(load_app: Callable[[], Any], *, name: str, host: str, port: int
             # control socket would make them fight over one path.
             "control_socket_disable": True,
             "loglevel": "info",
+            # gunicorn's own lines in the same shape as the services' (shared.logs).
+            "logconfig_dict": logging_config(name.replace("-", "_"), log_format),
+            "logger_class": "shared.gunicorn_worker.AccessLoggedByApp",
+            "child_exit": _worker_exited,
+            "on_exit": lambda server: shutil.rmtree(metrics_dir, ignore_errors=True),
         },
     ).run()
+
+
+def _worker_exited(server: Any, worker: Any) -> None:
+    """In the master, after a worker exited (or was killed): its counter files stay and
+    keep counting in every scrape; only its live-gauge files (none today) go."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def migrate(migrations: Path, url: str) -> None:

@@ -1,4 +1,5 @@
-"""gunicorn's threaded worker, answering malformed HTTP as problem+json.
+"""gunicorn's threaded worker, answering malformed HTTP as problem+json; and
+its logger, minus the access line.
 
 Requests gunicorn cannot parse (a NUL in a header, a 10 KB request line, two
 Content-Lengths, ...) never reach Flask: gunicorn answers them itself with an
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from http import HTTPStatus
 
-from gunicorn import util
+from gunicorn import glogging, util
 from gunicorn.workers.gthread import ThreadWorker
 
 from shared.errors import PROBLEM_JSON, TYPE_PREFIX
@@ -49,3 +50,12 @@ class ProblemThreadWorker(ThreadWorker):
     def init_process(self) -> None:
         util.write_error = write_problem
         super().init_process()
+
+
+class AccessLoggedByApp(glogging.Logger):
+    """gunicorn's logger without its access line: the app writes one per request
+    itself (shared.observability), with the route, the request ID and the
+    duration, so a second line would only double the volume."""
+
+    def access(self, resp, req, environ, request_time) -> None:
+        return None
