@@ -172,12 +172,11 @@ def _operations_blueprint(
     @blp.doc(
         summary="Prometheus metrics (internal token required, not an account key)",
         responses={
-            "200": {
-                "description": "Prometheus text format",
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-            },
-            "401": {"$ref": "#/components/responses/UNAUTHORIZED"},
+            "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
         },
+    )
+    @blp.alt_response(
+        401, schema=ProblemSchema, content_type=PROBLEM_JSON, description="The internal token is missing or wrong"
     )
     def metrics():
         """Prometheus metrics, in its text format."""
