@@ -68,6 +68,14 @@ def json_formatter(service: str) -> logging.Formatter:
 
 
 def make_formatter(service: str, fmt: str) -> logging.Formatter:
+    # Every request writes an access line, so the per-record work counts: skip
+    # what no line shows (the caller's frame, thread, process names), as the
+    # logging HOWTO's "Optimization" section suggests. Set here because this
+    # runs wherever the configuration is applied, gunicorn's master included.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     return json_formatter(service) if fmt == "json" else TextFormatter(service)
 
 

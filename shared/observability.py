@@ -84,9 +84,10 @@ def register_observability(
         rid = request_id.current_request_id()
         if rid is not None:
             response.headers[request_id.HEADER] = rid
-        rule = request.url_rule
+        current = request._get_current_object()  # one proxy lookup, not one per attribute
+        rule = current.url_rule
         route = rule.rule if rule is not None else UNMATCHED
-        method = request.method if rule is not None or request.method in _METHODS else "OTHER"
+        method = current.method if rule is not None or current.method in _METHODS else "OTHER"
         recorder.record(method, route, response.status_code, time.perf_counter() - started)
         return response
 
