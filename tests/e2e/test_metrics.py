@@ -171,9 +171,9 @@ def test_every_outcome_is_counted_exactly_once_whichever_worker_answered_and_a_k
     assert value(samples, "idempotent_creates_total", resource="cluster", outcome="created") == 6 + 1
 
 
-def test_metrics_need_the_internal_token(cluster_server, pair):
+def test_metrics_need_the_internal_token(pair):
     account_key = pair.http.headers["Authorization"]
-    for url in (cluster_server.url, pair.platform_svc.url):
+    for url in (pair.cluster_svc.url, pair.platform_svc.url):
         assert requests.get(f"{url}/metrics", timeout=10).status_code == 401
         assert requests.get(f"{url}/metrics", headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
     # platform_svc's account keys open its API, never its metrics.
