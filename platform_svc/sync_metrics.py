@@ -51,7 +51,8 @@ class SyncRowsCollector:
                 for resource, statement in self._statements:
                     counts = dict.fromkeys(STATES, 0)
                     age = 0.0
-                    for state, count, stalled, max_age in db_session.execute(statement, {"stalled_after": STALLED_AFTER}):
+                    answer = db_session.execute(statement, {"stalled_after": STALLED_AFTER})
+                    for state, count, stalled, max_age in answer:
                         if state == "pending":
                             counts["pending"], counts["stalled"] = count - stalled, stalled
                             age = float(max_age or 0)

@@ -63,9 +63,14 @@ def add_service_commands(
     @fail_fast
     def serve_command(host: str, port: int, workers: int, threads: int) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=threads)  # fails here, before forking
-        fmt = log_format()
         run_gunicorn(
-            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, threads=threads, log_format=fmt
+            lambda: create_app(settings),
+            name=name,
+            host=host,
+            port=port,
+            workers=workers,
+            threads=threads,
+            log_format=log_format(),  # fails here too, on a LOG_FORMAT it does not know
         )
 
     @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
