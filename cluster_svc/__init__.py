@@ -40,7 +40,12 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         return "internal" if hmac.compare_digest(token.encode(), expected) else None
 
     app, api = create_service_app(
-        __name__, title="cluster_svc", database=database, authenticate=authenticate, testing=testing
+        __name__,
+        title="cluster_svc",
+        database=database,
+        authenticate=authenticate,
+        internal_token=settings.internal_token,
+        testing=testing,
     )
     api.register_blueprint(blp)
     return app

@@ -1,4 +1,8 @@
-"""cluster_svc's HTTP routes. Views translate; services decide."""
+"""cluster_svc's HTTP routes. Views translate; services decide.
+
+The helpers that turn a service's result into an answer are also where the
+idempotency outcomes are counted (``idempotent_*_total``), once each.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -7,6 +11,7 @@ from typing import Any
 from flask import Response
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError
+from sqlalchemy import Connection
 
 from cluster_svc import services
 from cluster_svc.schemas import (
@@ -28,8 +33,9 @@ from cluster_svc.schemas import (
     FirewallRuleUpdate,
 )
 from shared.api import Blueprint, created_location, no_content
+from shared.counters import count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, PayloadTooLarge, ValidationFailed, problem
+from shared.errors import Gone, IdConflict, PayloadTooLarge, ValidationFailed, problem
 from shared.idempotent import CreateResult, Deletion
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.schemas import PageArgs
@@ -43,6 +49,29 @@ REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPL
 # The single creates' schemas, loading each batch item.
 CLUSTER_CREATE = ClusterCreate()
 RULE_CREATE = FirewallRuleCreate()
+CLUSTER, FIREWALL_RULE = "cluster", "firewall_rule"  # the metrics' resource labels
+# A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
+COUNTED_CREATE_OUTCOMES = frozenset({"created", "replayed", "conflict", "gone"})
+
+
+def create_answer(
+    resource: str, create: Callable[[Connection], tuple[Any, bool]]
+) -> tuple[Any, int, dict[str, str]]:
+    """Run ``create`` in its own transaction; count its outcome and answer it.
+
+    :raise IdConflict, Gone: as ``create`` does (counted as conflict and gone).
+    """
+    try:
+        with transaction() as db_session:
+            row, created = create(db_session)
+    except IdConflict:
+        count_create(resource, "conflict")
+        raise
+    except Gone:
+        count_create(resource, "gone")
+        raise
+    count_create(resource, "created" if created else "replayed")
+    return created_or_replayed(row, created)
 
 
 def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
@@ -51,8 +80,15 @@ def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, st
     return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
 
 
-def deleted(outcome: Deletion, what: str) -> Response:
+def updated(resource: str, row: Any, applied: bool) -> Any:
+    """The current state, whether the update applied or was stale (counted as such)."""
+    count_update(resource, "applied" if applied else "stale")
+    return row
+
+
+def deleted(resource: str, outcome: Deletion, what: str) -> Response:
     """204 the first time; 410 after; 404 (tombstone recorded) for an ID never seen."""
+    count_delete(resource, outcome.value)
     if outcome is Deletion.DELETED:
         return no_content()
     if outcome is Deletion.ALREADY_DELETED:
@@ -62,10 +98,11 @@ def deleted(outcome: Deletion, what: str) -> Response:
 
 
 def batch_created_or_returned(
-    items: Sequence[Any], schema: Schema, create_many: Callable[..., list[CreateResult]]
+    resource: str, items: Sequence[Any], schema: Schema, create_many: Callable[..., list[CreateResult]]
 ) -> dict[str, list[dict[str, Any]]]:
     """Validate each item on its own, create-or-return the valid ones in one
-    transaction, and answer one result per item in order.
+    transaction, and answer one result per item in order (each item counted
+    as its single create would be).
 
     Each item is loaded by the schema of the single create (without webargs'
     per-request machinery) and an invalid one answers the very problem its
@@ -84,6 +121,8 @@ def batch_created_or_returned(
         with transaction() as db_session:
             created = create_many(db_session, [values for _, values in valid])
         for (index, _), result in zip(valid, created):
+            if result.outcome.value in COUNTED_CREATE_OUTCOMES:
+                count_create(resource, result.outcome.value)
             if result.error is None:
                 results[index] = {"status": result.status, "object": result.row}
             else:
@@ -111,9 +150,9 @@ class Clusters(MethodView):
     @blp.problem(410, "The ID was deleted (gone)")
     def post(self, cluster_in):
         """Create a cluster with the caller's ID, or return the one that has it."""
-        with transaction() as db_session:
-            row, created = services.create_cluster(db_session=db_session, cluster_in=cluster_in)
-        return created_or_replayed(row, created)
+        return create_answer(
+            CLUSTER, lambda db_session: services.create_cluster(db_session=db_session, cluster_in=cluster_in)
+        )
 
 
 @blp.route("/clusters/batch")
@@ -131,6 +170,7 @@ class ClusterBatch(MethodView):
         conflicting ones 409.
         """
         return batch_created_or_returned(
+            CLUSTER,
             batch["items"],
             CLUSTER_CREATE,
             lambda db_session, items: services.create_clusters(db_session=db_session, clusters_in=items),
@@ -169,8 +209,8 @@ class Cluster(MethodView):
     def put(self, cluster_in, cluster_id):
         """Update a cluster's mutable fields if the generation is newer than the stored one."""
         with transaction() as db_session:
-            row, _applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
-        return row
+            row, applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
+        return updated(CLUSTER, row, applied)
 
     @blp.response(204, description="Deleted")
     @blp.problem(404, "Never existed; a tombstone is recorded")
@@ -179,7 +219,7 @@ class Cluster(MethodView):
         """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
         with transaction() as db_session:
             outcome = services.delete_cluster(db_session=db_session, cluster_id=cluster_id)
-        return deleted(outcome, f"Cluster {cluster_id}")
+        return deleted(CLUSTER, outcome, f"Cluster {cluster_id}")
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
@@ -204,9 +244,12 @@ class FirewallRules(MethodView):
     @blp.problem(410, "The rule or its cluster was deleted (gone)")
     def post(self, rule_in, cluster_id):
         """Create a firewall rule with the caller's ID, or return the one that has it."""
-        with transaction() as db_session:
-            row, created = services.create_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_in=rule_in)
-        return created_or_replayed(row, created)
+        return create_answer(
+            FIREWALL_RULE,
+            lambda db_session: services.create_firewall_rule(
+                db_session=db_session, cluster_id=cluster_id, rule_in=rule_in
+            ),
+        )
 
 
 @blp.route("/clusters/<object_id:cluster_id>/firewall-rules/batch")
@@ -222,6 +265,7 @@ class FirewallRuleBatch(MethodView):
         would answer it.
         """
         return batch_created_or_returned(
+            FIREWALL_RULE,
             batch["items"],
             RULE_CREATE,
             lambda db_session, items: services.create_firewall_rules(
@@ -247,10 +291,10 @@ class FirewallRule(MethodView):
     def put(self, rule_in, cluster_id, rule_id):
         """Update a rule's description if the generation is newer than the stored one."""
         with transaction() as db_session:
-            row, _applied = services.update_firewall_rule(
+            row, applied = services.update_firewall_rule(
                 db_session=db_session, cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
             )
-        return row
+        return updated(FIREWALL_RULE, row, applied)
 
     @blp.response(204, description="Deleted")
     @blp.problem(404, "Never existed (a tombstone is recorded), or no such cluster")
@@ -259,4 +303,4 @@ class FirewallRule(MethodView):
         """Delete a firewall rule (soft delete; the ID stays taken)."""
         with transaction() as db_session:
             outcome = services.delete_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
-        return deleted(outcome, f"Firewall rule {rule_id}")
+        return deleted(FIREWALL_RULE, outcome, f"Firewall rule {rule_id}")

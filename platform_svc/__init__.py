@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     """The application factory; settings come from the environment when not given."""
     from platform_svc import services
     from platform_svc.sync import Pusher
+    from platform_svc.sync_metrics import SyncRowsCollector
     from platform_svc.views import blp
 
     settings = settings or Settings.from_env()
@@ -53,6 +54,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         title="platform_svc",
         database=database,
         authenticate=services.Authenticator(database),
+        internal_token=settings.internal_token,
+        metrics_collectors=[SyncRowsCollector(database)],
         testing=testing,
     )
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY))

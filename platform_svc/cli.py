@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sys
@@ -14,7 +13,7 @@ from sqlalchemy import func, select
 
 from platform_svc import Settings, create_app
 from shared import config
-from shared.cli import add_service_commands, fail_fast
+from shared.cli import MULTIPROC_DIR, add_service_commands, fail_fast
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -46,14 +45,30 @@ add_service_commands(
     type=click.FloatRange(min=0),
     help="Seconds between drift repair passes (as `platform-svc repair`); 0 turns them off.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics (sync_pushes_total, ...) on this port at HOST (default 127.0.0.1); off if not given.",
+)
 @fail_fast
-def reconcile(once: bool, concurrency: int, batch: int, repair_interval: float) -> None:
+def reconcile(once: bool, concurrency: int, batch: int, repair_interval: float, metrics_port: int | None) -> None:
+    # One process: its metrics live in memory, never in a gunicorn metrics
+    # directory that happens to be set in the environment.
+    os.environ.pop(MULTIPROC_DIR, None)
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
     from platform_svc.sync import Pusher
     from shared.client import ClientPolicy
+    from shared.logs import configure_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("reconciler")
     settings = Settings.from_env()
+    if metrics_port is not None:
+        from shared.metrics import serve_process_metrics
+
+        host = os.environ.get("HOST", "").strip() or "127.0.0.1"
+        serve_process_metrics(metrics_port, host)
+        click.echo(f"reconciler metrics on http://{host}:{metrics_port}/metrics")
     pusher = Pusher(settings.database(), settings.client(ClientPolicy(pool_size=concurrency)))
     options = ReconcilerSettings(batch=batch, concurrency=concurrency)
     if once:

@@ -50,6 +50,7 @@ from sqlalchemy.exc import OperationalError
 from platform_svc.models import Account, Cluster
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
 from shared.client import InternalClient
+from shared.counters import count_repair
 from shared.db import Database
 
 log = logging.getLogger(__name__)
@@ -344,6 +345,7 @@ class Repairer:
                 ]
             for finding in found:  # committed: now it may be told
                 report.counts[(finding.resource, finding.finding)] += 1
+                count_repair(finding.resource, finding.finding)
                 log.info("repair: %s", finding)
                 on_finding(finding)
             if last_page:

@@ -44,10 +44,15 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
 from shared.client import Answer, InternalClient, Outcome
+from shared.counters import count_push
 from shared.db import Database
 from shared.idempotent import Resource
 
 log = logging.getLogger(__name__)
+
+# A row pending for longer than this (since its last change, ``updated_at``)
+# is "stalled": shown apart in sync-status and the metrics, still retried.
+STALLED_AFTER = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,7 @@ class Pusher:
 
     def _push(self, kind: Kind, row: RowMapping) -> Answer:
         answer = push(self.client, kind, row)
+        count_push(kind.resource.name, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
         return answer

@@ -1,15 +1,16 @@
 """The web application skeleton both services share.
 
 ``create_service_app`` is the factory's common part, as small named steps:
-configuration, database, error handlers, bearer authentication, OpenAPI. Each
-service adds its blueprints.
+configuration, database, error handlers, observability (request IDs, metrics,
+access log, health, readiness), bearer authentication, OpenAPI. Each service
+adds its blueprints.
 """
 from __future__ import annotations
 
 import http
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask_smorest
@@ -21,16 +22,17 @@ from werkzeug.routing import BaseConverter
 
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
+from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
 from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
 
 MAX_BODY_BYTES = 1024 * 1024
 SWAGGER_UI_FILES = "docs/swagger-ui"
 
-# Routes anyone may call: health checks and the API documentation.
-PUBLIC_ENDPOINTS = frozenset({"healthz", "swagger_ui_files"})
+# Routes the bearer check leaves alone: health checks, /metrics (which checks
+# the internal token itself) and the API documentation.
+UNGUARDED_ENDPOINTS = PUBLIC_ENDPOINTS | SELF_AUTHENTICATED_ENDPOINTS | {"swagger_ui_files"}
 PUBLIC_BLUEPRINTS = frozenset({"api-docs"})
-
 
 class ProblemApi(flask_smorest.Api):
     """flask-smorest's Api, answering and documenting errors as problem+json."""
@@ -133,19 +135,20 @@ def create_service_app(
     title: str,
     database: Database,
     authenticate: Callable[[str], Any | None],
+    internal_token: str,
+    metrics_collectors: Iterable[object] = (),
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
 
     ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
-    or ``None`` when the token is not valid.
+    or ``None`` when the token is not valid. ``internal_token`` guards
+    ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
     """
     app = Flask(name)
     configure(app, title=title, testing=testing)
     database.init_app(app)
     register_error_handlers(app)
-    register_authentication(app, authenticate)
-    app.before_request(require_json_body)
     api = ProblemApi(
         app,
         spec_kwargs={
@@ -155,9 +158,14 @@ def create_service_app(
         },
     )
     api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
+    # First of the request hooks, so that requests the others refuse are counted and logged too.
+    register_observability(
+        app, api, service=title, internal_token=internal_token, database=database, collectors=metrics_collectors
+    )
+    register_authentication(app, authenticate)
+    app.before_request(require_json_body)
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
-    app.add_url_rule("/healthz", "healthz", lambda: {"status": "ok"})
     # Swagger UI's own files, from the installed swagger-ui-bundle: /docs needs no internet.
     app.add_url_rule(
         f"/{SWAGGER_UI_FILES}/<path:filename>",
@@ -204,7 +212,7 @@ def require_json_body() -> None:
 def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:
     @app.before_request
     def require_bearer_token() -> None:
-        if request.endpoint in PUBLIC_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
+        if request.endpoint in UNGUARDED_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
             return
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         principal = authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,10 @@ from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
 from shared.config import ConfigError, database_url
+from shared.logs import log_format, logging_config
+
+# prometheus-client's setting: where gunicorn workers keep their counts (see shared.metrics).
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # serve's defaults. A worker serves CONNECTIONS connections at once; those
 # waiting on the database queue for one of its POOL_SIZE (+ overflow) pooled
@@ -84,6 +91,7 @@ def add_service_commands(
             connections=connections,
             read_timeout=read_timeout,
             pidfile=pidfile,
+            log_format=log_format(),  # fails here too, on a LOG_FORMAT it does not know
         )
 
     @group.command("migrate", help=f"Apply the database migrations ({database_setting}).")
@@ -119,13 +127,22 @@ def run_gunicorn(
     connections: int = CONNECTIONS,
     read_timeout: int = READ_TIMEOUT,
     pidfile: str | None = None,
+    log_format: str = "text",
 ) -> None:
     """Serve the app with gevent workers (see shared/gunicorn_worker.py).
 
     ``read_timeout`` is gunicorn's keep-alive: how long a connection may stay
     silent, or take to send a request's headers; the worker gives the body
     the same time again.
+
+    Every worker writes its metrics into a directory of this serve's own,
+    made empty here before the first fork (and removed when gunicorn exits),
+    so counts from an earlier run never leak in and a scrape answered by any
+    worker adds up all of them. The app must not have imported
+    prometheus-client before this point (see shared.metrics).
     """
+    metrics_dir = tempfile.mkdtemp(prefix=f"{name}-metrics-")
+    os.environ[MULTIPROC_DIR] = metrics_dir
     _Gunicorn(
         load_app,
         {
@@ -142,8 +159,21 @@ def run_gunicorn(
             # control socket would make them fight over one path.
             "control_socket_disable": True,
             "loglevel": "info",
+            # gunicorn's own lines in the same shape as the services' (shared.logs).
+            "logconfig_dict": logging_config(name.replace("-", "_"), log_format),
+            "logger_class": "shared.gunicorn_worker.AccessLoggedByApp",
+            "child_exit": _worker_exited,
+            "on_exit": lambda server: shutil.rmtree(metrics_dir, ignore_errors=True),
         },
     ).run()
+
+
+def _worker_exited(server: Any, worker: Any) -> None:
+    """In the master, after a worker exited (or was killed): its counter files stay and
+    keep counting in every scrape; only its live-gauge files (none today) go."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def migrate(migrations: Path, url: str) -> None:

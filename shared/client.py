@@ -3,7 +3,10 @@
 Every call to cluster_svc is idempotent by ID, so POST, PUT and DELETE are all
 retried: urllib3's ``Retry`` on a pooled, keep-alive ``requests`` session, with
 exponential backoff and jitter, honouring ``Retry-After``. Connect and read
-timeouts are always set. Each answer is classified for the caller:
+timeouts are always set. Every call carries ``X-Request-ID``: the current
+request's (so platform_svc's inline push shows up under the caller's ID in
+cluster_svc's log), or a fresh one per call (the reconciler's pushes). Each
+answer is classified for the caller:
 
 - ``DONE``: the object is where the caller wants it (201 or 200; for a delete
   also 204, 404 and 410).
@@ -22,6 +25,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
+
+from shared import request_id
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -45,6 +50,7 @@ class Answer:
     status: int | None  # None when no HTTP answer came back
     body: Any  # the decoded JSON body, if any
     reason: str  # one line for sync_error and logs
+    operation: Operation | None = None  # what was asked (for the push metrics)
 
     @property
     def done(self) -> bool:
@@ -121,7 +127,9 @@ class InternalClient:
         results = answer.body.get("results") if answer.status == 200 and isinstance(answer.body, dict) else None
         if not isinstance(results, list) or len(results) != len(items) or not all(_is_result(r) for r in results):
             if answer.status == 200:  # not what a batch route answers: the call did not do its job
-                answer = Answer(Outcome.TRANSIENT, 200, answer.body, f"POST {path}: 200 without one result per item")
+                answer = Answer(
+                    Outcome.TRANSIENT, 200, answer.body, f"POST {path}: 200 without one result per item", Operation.CREATE
+                )
             return [answer] * len(items)
         return [_item_answer(path, index, result) for index, result in enumerate(results)]
 
@@ -141,16 +149,19 @@ class InternalClient:
                 method,
                 self.base_url + path,
                 json=body,
+                headers={request_id.HEADER: request_id.current_request_id() or request_id.new_request_id()},
                 timeout=(self.policy.connect_timeout, self.policy.read_timeout),
                 # A redirect is not cluster_svc's answer: following a 302 with a
                 # GET would report a create that never happened as done.
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}")
+            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}", operation)
         payload = _json_or_none(response)
         outcome = classify(operation, response.status_code)
-        return Answer(outcome, response.status_code, payload, _reason(f"{method} {path}", response.status_code, payload))
+        return Answer(
+            outcome, response.status_code, payload, _reason(f"{method} {path}", response.status_code, payload), operation
+        )
 
     def close(self) -> None:
         self.session.close()
@@ -163,7 +174,8 @@ def _is_result(result: Any) -> bool:
 def _item_answer(path: str, index: int, result: dict[str, Any]) -> Answer:
     status = result["status"]
     body = result.get("object") if status in (200, 201) else result.get("problem")
-    return Answer(classify(Operation.CREATE, status), status, body, _reason(f"POST {path} item {index}", status, body))
+    reason = _reason(f"POST {path} item {index}", status, body)
+    return Answer(classify(Operation.CREATE, status), status, body, reason, Operation.CREATE)
 
 
 def _reason(call: str, status: int, payload: Any) -> str:

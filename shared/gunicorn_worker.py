@@ -15,6 +15,9 @@ the headers. Past the deadline a read returns end-of-file, so the request
 ends as a client disconnection (Werkzeug answers 400) and the connection is
 closed.
 
+``AccessLoggedByApp`` is gunicorn's logger minus its access line: the app
+writes one per request itself.
+
 Requests gunicorn cannot parse (a NUL in a header, a 10 KB request line, two
 Content-Lengths, ...) never reach Flask: gunicorn answers them itself with an
 HTML page. gunicorn has no hook for that page, so this worker replaces the
@@ -31,7 +34,7 @@ from http import HTTPStatus
 from typing import Any
 
 import gevent
-from gunicorn import util
+from gunicorn import glogging, util
 from gunicorn.workers.ggevent import GeventWorker
 from psycogreen.gevent import patch_psycopg
 
@@ -135,3 +138,11 @@ class ProblemGeventWorker(GeventWorker):
             super().handle_request(listener_name, req, sock, addr)
         finally:
             sock.set_deadline(None)
+
+class AccessLoggedByApp(glogging.Logger):
+    """gunicorn's logger without its access line: the app writes one per request
+    itself (shared.observability), with the route, the request ID and the
+    duration, so a second line would only double the volume."""
+
+    def access(self, resp, req, environ, request_time) -> None:
+        return None

@@ -36,8 +36,13 @@ IDEMPOTENT_REPLAYED = {
 RETRY_AFTER = {"description": "Seconds to wait before trying again", "schema": {"type": "integer", "minimum": 0}}
 WWW_AUTHENTICATE = {"description": "The scheme to authenticate with: Bearer", "schema": {"type": "string"}}
 
-# On every response of every operation. (X-Request-ID goes here.)
-COMMON_RESPONSE_HEADERS: dict[str, dict[str, Any]] = {}
+# On every response of every operation.
+COMMON_RESPONSE_HEADERS: dict[str, dict[str, Any]] = {
+    "X-Request-ID": {
+        "description": "The caller's X-Request-ID if it was 1-128 printable ASCII characters, else a new one.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+    },
+}
 
 # On every response with this status, whichever operation answers it.
 STATUS_HEADERS: dict[int, dict[str, dict[str, Any]]] = {

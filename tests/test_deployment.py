@@ -1,12 +1,14 @@
-"""docker-compose.yml runs the pair the way `make run` does.
+"""docker-compose.yml runs the pair the way `make run` does, watched by Prometheus.
 
 No Docker engine runs here, so the file is checked as far as that allows:
 `docker-compose config` (Debian's docker-compose, which .ci/run installs)
 validates it against the Compose schema, and the assertions below check that
-it wires what the run contract asks for.
+it wires what the run contract asks for. The Prometheus configuration and
+alert rules it ships are checked by promtool (Debian's prometheus package).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +18,21 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_SECRETS = {"INTERNAL_TOKEN": "compose-test-token", "GRAFANA_ADMIN_PASSWORD": "compose-test-password"}
+
+
+def _compose_config(environ):
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (.ci/run installs it from Debian's packages)")
+    return subprocess.run([binary, "config", "-q"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
+
+
+def _promtool():
+    binary = shutil.which("promtool")
+    if binary is None:
+        pytest.skip("promtool is not installed (.ci/run installs Debian's prometheus package)")
+    return binary
 
 
 @pytest.fixture(scope="module")
@@ -23,38 +40,95 @@ def compose():
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def compose_config(**env: str) -> subprocess.CompletedProcess:
-    """`docker-compose config -q` with exactly these settings (and PATH) in its environment."""
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.skip("docker-compose is not installed (.ci/run installs it from Debian's packages)")
-    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
-    return subprocess.run(
-        [binary, "config", "-q"], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
-    )
-
-
 def test_compose_file_is_valid():
-    result = compose_config(INTERNAL_TOKEN="a-token-for-the-check")
+    result = _compose_config({**os.environ, **COMPOSE_SECRETS})
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_refuses_to_start_without_an_internal_token():
-    """No default token: a deployment that forgot to set one must not come up with a guessable one."""
-    result = compose_config()
+@pytest.mark.parametrize("missing", sorted(COMPOSE_SECRETS))
+def test_compose_refuses_to_start_without_its_secrets(missing):
+    environ = {k: v for k, v in {**os.environ, **COMPOSE_SECRETS}.items() if k != missing}
+
+    result = _compose_config(environ)
 
     assert result.returncode != 0
-    assert "INTERNAL_TOKEN" in result.stderr
+    assert missing in result.stderr
     assert "change-me" not in (ROOT / "docker-compose.yml").read_text()
 
 
-def test_compose_runs_postgres_both_services_and_the_reconciler(compose):
+def test_compose_runs_postgres_both_services_the_reconciler_and_their_monitoring(compose):
     services = compose["services"]
-    assert set(services) == {"postgres", "cluster", "platform", "reconciler"}
+    assert set(services) == {"postgres", "cluster", "platform", "reconciler", "prometheus", "grafana"}
     assert "migrate" in " ".join(services["cluster"]["command"])
     assert "cluster-svc serve --port 8001" in " ".join(services["cluster"]["command"])
     assert "platform-svc serve --port 8000" in " ".join(services["platform"]["command"])
-    assert services["reconciler"]["command"] == ["platform-svc", "reconcile"]
+    assert services["reconciler"]["command"] == ["platform-svc", "reconcile", "--metrics-port", "9100"]
+
+
+def test_compose_health_checks_ask_for_readiness(compose):
+    for name in ("cluster", "platform"):
+        assert "/readyz" in " ".join(compose["services"][name]["healthcheck"]["test"]), name
+
+
+def test_prometheus_scrapes_all_three_with_the_token_it_is_given(compose):
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["platform_svc"]["static_configs"][0]["targets"] == ["platform:8000"]
+    assert jobs["cluster_svc"]["static_configs"][0]["targets"] == ["cluster:8001"]
+    assert jobs["reconciler"]["static_configs"][0]["targets"] == ["reconciler:9100"]
+    token_file = "/prometheus/internal_token"
+    for name in ("platform_svc", "cluster_svc"):
+        assert jobs[name]["authorization"] == {"type": "Bearer", "credentials_file": token_file}
+    prometheus = compose["services"]["prometheus"]
+    assert f'"$$INTERNAL_TOKEN" > {token_file}' in " ".join(prometheus["command"])
+    assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]
+
+
+def test_the_shipped_alert_rules_pass_promtool():
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(ROOT / "deploy" / "prometheus" / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 rules found" in result.stdout
+
+
+def test_the_shipped_prometheus_config_passes_promtool(tmp_path):
+    # The token file exists only inside the container; point at a stand-in.
+    shipped = ROOT / "deploy" / "prometheus"
+    token = tmp_path / "internal_token"
+    token.write_text("stand-in")
+    config = (shipped / "prometheus.yml").read_text()
+    assert config.count("credentials_file: /prometheus/internal_token") == 2
+    (tmp_path / "prometheus.yml").write_text(config.replace("/prometheus/internal_token", str(token)))
+    shutil.copy(shipped / "alerts.yml", tmp_path / "alerts.yml")
+
+    result = subprocess.run(
+        [_promtool(), "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_is_provisioned_with_the_datasource_and_a_dashboard_of_every_signal(compose):
+    grafana = ROOT / "deploy" / "grafana"
+    datasource = yaml.safe_load((grafana / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    dashboard = json.loads((grafana / "dashboards" / "idempotent-pair.json").read_text())
+    queries = " ".join(target["expr"] for panel in dashboard["panels"] for target in panel["targets"])
+    for metric in (
+        "http_requests_total",
+        "http_request_duration_seconds_bucket",
+        "idempotent_creates_total",
+        "sync_rows",
+        "sync_oldest_pending_seconds",
+        "sync_pushes_total",
+        "sync_repairs_total",
+    ):
+        assert metric in queries, metric
+    assert any("/var/lib/grafana/dashboards" in volume for volume in compose["services"]["grafana"]["volumes"])
 
 
 def test_compose_gives_every_process_the_settings_it_requires(compose):

@@ -73,6 +73,12 @@ platform_svc http://127.0.0.1:8000   (public API; docs at /docs)
 cluster_svc  http://127.0.0.1:8001   (internal; token in .dev/internal_token)
 reconciler   pushes whatever cluster_svc has not confirmed
 
+Metrics (Prometheus text format):
+  http://127.0.0.1:8000/metrics and http://127.0.0.1:8001/metrics need the internal token:
+    curl -H "Authorization: Bearer $(cat .dev/internal_token)" http://127.0.0.1:8000/metrics
+  http://127.0.0.1:8002/metrics   the reconciler's (loopback only, no token)
+  /readyz on either service says whether its database answers; LOG_FORMAT=json for JSON logs.
+
 First call, from another terminal in this folder:
   export PLATFORM_DATABASE_URL='{env["PLATFORM_DATABASE_URL"]}'
   .venv/bin/platform-svc create-account demo        # prints an API key, once

@@ -57,15 +57,24 @@ def free_port() -> int:
 class LiveServer:
     """A service started through its console script, as a user would, on loopback."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], *, port: int | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: Mapping[str, str], *, port: int | None = None, output: Path | None = None
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [*argv, "--port", str(self.port)]
         self.env = {**os.environ, **env}
+        self.output = output  # where stdout and stderr go (appended), if not inherited
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> LiveServer:
-        self.process = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
+        if self.output is None:
+            self.process = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
+        else:
+            with self.output.open("ab") as sink:
+                self.process = subprocess.Popen(
+                    self.argv, env=self.env, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT
+                )
         try:
             self.wait_healthy(timeout)
         except BaseException:
@@ -101,6 +110,18 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def worker_pids(self) -> list[int]:
+        """The gunicorn workers: the children of the master this server started."""
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process is gone
+            if int(fields[1]) == self.process.pid:
+                pids.append(int(stat.parent.name))
+        return sorted(pids)
 
 
 def console_script(name: str) -> str:

@@ -119,7 +119,12 @@ def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, d
         base_url, headers = world.pair.platform.url, {"Authorization": f"Bearer {world.a.api_key}"}
     else:
         base_url, headers = world.fuzzed_cluster_svc.url, {"Authorization": f"Bearer {TOKEN}"}
-    operations = [result.ok() for result in documents[service].get_all_operations()]
+    # The health, readiness and metrics routes take no input to fuzz.
+    operations = [
+        result.ok()
+        for result in documents[service].get_all_operations()
+        if result.ok().path not in ("/healthz", "/readyz", "/metrics")
+    ]
     # cluster_svc: + its two batch routes and GET /v1/firewall-rules
     assert len(operations) == {"platform_svc": 10, "cluster_svc": 13}[service]
 

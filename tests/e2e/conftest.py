@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import requests
@@ -33,19 +34,27 @@ def cluster_body(**overrides):
 class Pair:
     """cluster_svc and platform_svc running side by side, and their databases."""
 
-    def __init__(self, cluster_db_url: str, platform_db_url: str) -> None:
+    def __init__(
+        self, cluster_db_url: str, platform_db_url: str, *, env: dict[str, str] | None = None, log_dir: Path | None = None
+    ) -> None:
+        """``env`` is added to both services' environment; with ``log_dir``, each
+        service's output goes to ``cluster_svc.log`` / ``platform_svc.log`` there."""
         self.cluster_db_url = cluster_db_url
         self.platform_db_url = platform_db_url
-        self.cluster_env = {"CLUSTER_DATABASE_URL": cluster_db_url, "INTERNAL_TOKEN": TOKEN}
+        self.log_dir = log_dir
+        self.cluster_env = {"CLUSTER_DATABASE_URL": cluster_db_url, "INTERNAL_TOKEN": TOKEN, **(env or {})}
         self.cluster_argv = [console_script("cluster-svc"), "serve", "--workers", "2", "--threads", "8"]
-        self.cluster_svc = LiveServer(self.cluster_argv, self.cluster_env)
+        self.cluster_svc = LiveServer(self.cluster_argv, self.cluster_env, output=self._log("cluster_svc"))
         self.platform_env = {
             "PLATFORM_DATABASE_URL": platform_db_url,
             "CLUSTER_SVC_URL": self.cluster_svc.url,
             "INTERNAL_TOKEN": TOKEN,
+            **(env or {}),
         }
         self.platform_svc = LiveServer(
-            [console_script("platform-svc"), "serve", "--workers", "2", "--threads", "8"], self.platform_env
+            [console_script("platform-svc"), "serve", "--workers", "2", "--threads", "8"],
+            self.platform_env,
+            output=self._log("platform_svc"),
         )
         self.cluster_engine = create_engine(cluster_db_url)
         self.platform_engine = create_engine(platform_db_url)
@@ -61,6 +70,9 @@ class Pair:
         self.account_id = account["account_id"]
         self.http.headers["Authorization"] = f"Bearer {account['api_key']}"
 
+    def _log(self, service: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{service}.log"
+
     def close(self) -> None:
         self.http.close()
         self.platform_svc.stop()
@@ -75,7 +87,9 @@ class Pair:
 
     def restart_cluster_svc(self) -> None:
         """cluster_svc back on the port platform_svc knows."""
-        self.cluster_svc = LiveServer(self.cluster_argv, self.cluster_env, port=self.cluster_svc.port).start()
+        self.cluster_svc = LiveServer(
+            self.cluster_argv, self.cluster_env, port=self.cluster_svc.port, output=self._log("cluster_svc")
+        ).start()
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """Run ``platform-svc ARGS`` to completion."""
@@ -132,15 +146,25 @@ def _rows(engine, table: str) -> dict[str, dict]:
         return {str(row["id"]): dict(row) for row in conn.execute(text(f"SELECT * FROM {table}")).mappings()}
 
 
-@pytest.fixture
-def pair(pg_server_url):
+def start_pair(pg_server_url: str, **options) -> Pair:
+    """A started pair on two fresh databases (``options``: see :class:`Pair`); close it."""
     cluster_db_url = fresh_database(pg_server_url, "e2e_cluster")
     platform_db_url = fresh_database(pg_server_url, "e2e_platform")
     migrate(CLUSTER_MIGRATIONS, cluster_db_url)
     migrate(PLATFORM_MIGRATIONS, platform_db_url)
-    pair = Pair(cluster_db_url, platform_db_url)
+    pair = Pair(cluster_db_url, platform_db_url, **options)
     try:
         pair.start()
+    except BaseException:
+        pair.close()
+        raise
+    return pair
+
+
+@pytest.fixture
+def pair(pg_server_url):
+    pair = start_pair(pg_server_url)
+    try:
         yield pair
     finally:
         pair.close()

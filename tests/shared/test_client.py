@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
+from shared import request_id
 from shared.client import (
     RETRY_STATUSES,
     Answer,
@@ -392,7 +393,9 @@ def test_done_carries_the_decoded_json_body(client, server):
 
     answer = client.create("/clusters", {"id": "c-1", "name": "alpha"})
 
-    assert answer == Answer(Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201")
+    assert answer == Answer(
+        Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201", Operation.CREATE
+    )
 
 
 # --------------------------------------------------------------------------
@@ -426,6 +429,28 @@ def test_every_call_and_every_retry_carries_the_bearer_token(client, server):
     for received in server.requests:
         assert received.headers.get_all("Authorization") == [f"Bearer {TOKEN}"]
         assert received.headers["Accept"] == "application/json"
+
+
+def test_a_call_made_while_handling_a_request_carries_that_request_id_on_every_retry(client, server):
+    server.script(reply(503), reply(201, {}))
+
+    token = request_id.bind("caller-trace-7")
+    try:
+        assert client.create("/clusters", {"id": "c-1"}).done
+    finally:
+        request_id.unbind(token)
+
+    assert [received.headers["X-Request-ID"] for received in server.requests] == ["caller-trace-7"] * 2
+
+
+def test_a_call_outside_any_request_gets_a_fresh_request_id_each_time(client, server):
+    server.script(reply(201, {}), reply(200, {}))
+
+    client.create("/clusters", {"id": "c-1"})
+    client.update("/clusters/c-1", {"name": "x"})
+
+    first, second = (received.headers["X-Request-ID"] for received in server.requests)
+    assert first and second and first != second
 
 
 def test_a_trailing_slash_on_the_base_url_is_ignored(make_client, server):

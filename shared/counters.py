@@ -1,0 +1,77 @@
+"""Counting the outcomes the metrics contract names, for views, the pusher and repair.
+
+Callers say what happened (``count_create("cluster", "replayed")``); this
+module knows how that is recorded, so no view or service imports
+prometheus-client. The metrics module is loaded on the first count (see
+:mod:`shared.metrics` for why not at import), and each label combination's
+child is looked up once and kept, so counting costs a dict lookup and an
+increment.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+CREATE_OUTCOMES = ("created", "replayed", "conflict", "gone")
+UPDATE_OUTCOMES = ("applied", "stale")
+DELETE_OUTCOMES = ("deleted", "already_deleted", "never_seen")
+PUSH_OPERATIONS = ("create", "update", "delete")
+PUSH_OUTCOMES = ("done", "transient", "permanent")
+REPAIR_FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
+
+# The values each metric's labels after ``resource`` may take: a typo must
+# fail loudly in tests rather than start a series no dashboard shows.
+_ALLOWED = {
+    "IDEMPOTENT_CREATES": (CREATE_OUTCOMES,),
+    "IDEMPOTENT_UPDATES": (UPDATE_OUTCOMES,),
+    "IDEMPOTENT_DELETES": (DELETE_OUTCOMES,),
+    "SYNC_PUSHES": (PUSH_OPERATIONS, PUSH_OUTCOMES),
+    "SYNC_REPAIRS": (REPAIR_FINDINGS,),
+}
+_children: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def count_create(resource: str, outcome: str) -> None:
+    """One create-or-return answered (each item of a batch counts once)."""
+    _count("IDEMPOTENT_CREATES", resource, outcome)
+
+
+def count_update(resource: str, outcome: str) -> None:
+    _count("IDEMPOTENT_UPDATES", resource, outcome)
+
+
+def count_delete(resource: str, outcome: str) -> None:
+    _count("IDEMPOTENT_DELETES", resource, outcome)
+
+
+def count_push(resource: str, operation: Any, outcome: Any) -> None:
+    """One push to cluster_svc answered (``operation``/``outcome``: strings or enums of them)."""
+    _count("SYNC_PUSHES", resource, _value(operation), _value(outcome))
+
+
+def count_repair(resource: str, finding: str) -> None:
+    """One drift finding of a repair pass (see REPAIR_FINDINGS)."""
+    _count("SYNC_REPAIRS", resource, finding)
+
+
+def resource_label(name: str) -> str:
+    """``firewall rule`` (a Resource's name) as a label value: ``firewall_rule``."""
+    return name.replace(" ", "_")
+
+
+def _count(metric: str, resource: str, *labels: str) -> None:
+    key = (metric, (resource, *labels))
+    child = _children.get(key)
+    if child is None:
+        from shared import metrics
+
+        for value, allowed in zip(labels, _ALLOWED[metric], strict=True):
+            if value not in allowed:
+                raise ValueError(f"{metric}: {value!r} is not one of {allowed}")
+
+        child = _children[key] = getattr(metrics, metric).labels(resource_label(resource), *labels)
+    child.inc()
+
+
+def _value(label: Any) -> str:
+    return label.value if isinstance(label, enum.Enum) else label

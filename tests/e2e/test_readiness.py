@@ -1,0 +1,72 @@
+"""/readyz follows the database; /healthz only the process.
+
+The services run on a PostgreSQL of this test's own, which it stops and
+starts again (the fault itself, not a mock).
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tests.e2e.conftest import TOKEN
+from tests.e2e.metrics_helpers import wait_for
+from tooling import embedded_pg
+from tooling.testing import LiveServer, console_script, fresh_database
+
+
+@pytest.fixture
+def own_postgres():
+    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="rdy")))  # a short path: the socket lives there
+    try:
+        yield server
+    finally:
+        embedded_pg.stop(server, delete=True)
+
+
+@pytest.fixture
+def services(own_postgres):
+    admin = embedded_pg.admin_url(own_postgres)
+    cluster = LiveServer(
+        [console_script("cluster-svc"), "serve", "--workers", "2"],
+        {"CLUSTER_DATABASE_URL": fresh_database(admin, "rc", migrations=CLUSTER_MIGRATIONS), "INTERNAL_TOKEN": TOKEN},
+    )
+    platform = LiveServer(
+        [console_script("platform-svc"), "serve", "--workers", "2"],
+        {
+            "PLATFORM_DATABASE_URL": fresh_database(admin, "rp", migrations=PLATFORM_MIGRATIONS),
+            "CLUSTER_SVC_URL": cluster.url,
+            "INTERNAL_TOKEN": TOKEN,
+        },
+    )
+    with cluster, platform:
+        yield {"cluster_svc": cluster, "platform_svc": platform}
+
+
+def readyz(server):
+    return requests.get(f"{server.url}/readyz", timeout=10)
+
+
+def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(own_postgres, services):
+    for server in services.values():
+        ok = readyz(server)
+        assert (ok.status_code, ok.json()) == (200, {"status": "ok"})
+
+    embedded_pg.stop(own_postgres)
+
+    for name, server in services.items():
+        [down] = wait_for(lambda s=server: (r := readyz(s)).status_code == 503 and [r], what=f"{name} not ready")
+        assert down.headers["Content-Type"] == "application/problem+json"
+        assert down.json()["code"] == "unavailable"
+        assert int(down.headers["Retry-After"]) > 0
+        assert "X-Request-ID" in down.headers
+        assert requests.get(f"{server.url}/healthz", timeout=10).status_code == 200  # alive all the same
+
+    embedded_pg.start(Path(own_postgres.pgdata))
+
+    for name, server in services.items():
+        wait_for(lambda s=server: readyz(s).status_code == 200, what=f"{name} ready again")
