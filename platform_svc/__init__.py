@@ -11,8 +11,10 @@ from shared.client import ClientPolicy, InternalClient
 from shared.db import Database
 
 # The inline push after a public write: a short budget, since the reconciler
-# finishes whatever it does not.
-INLINE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5)
+# finishes whatever it does not (a long Retry-After is the reconciler's to wait).
+INLINE_POLICY = ClientPolicy(
+    connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5, retry_after_max=1
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Settings:
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
     from platform_svc import services
+    from platform_svc.breaker import CircuitBreaker
     from platform_svc.sync import Pusher
     from platform_svc.views import blp
 
@@ -55,6 +58,9 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         authenticate=services.Authenticator(database),
         testing=testing,
     )
-    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY))
+    # One breaker per process: after a few inline pushes cluster_svc could not
+    # serve, public writes stop waiting on it (answered pending) until a probe passes.
+    breaker = CircuitBreaker(probe_timeout=INLINE_POLICY.longest_call() + 1)
+    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
     api.register_blueprint(blp)
     return app

@@ -392,7 +392,9 @@ def test_done_carries_the_decoded_json_body(client, server):
 
     answer = client.create("/clusters", {"id": "c-1", "name": "alpha"})
 
-    assert answer == Answer(Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201")
+    assert answer == Answer(
+        Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201", Operation.CREATE
+    )
 
 
 # --------------------------------------------------------------------------
