@@ -40,7 +40,7 @@ class ReconcilerSettings:
     # The lease outlasts it by ``lease_margin``, so a push always ends while its
     # row is still leased: no two pushers ever send one row at the same moment.
     longest_push: float = 50.0
-    lease_margin: float = 10.0
+    lease_margin: float = 5.0
     idle_interval: float = 1.0  # rest when nothing is due
     probe_interval: float = 1.0  # how often a suspected outage is probed
 
