@@ -80,7 +80,7 @@ class LiveServer:
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or too busy starting to answer
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"{self.argv[0]} did not become healthy on port {self.port}")

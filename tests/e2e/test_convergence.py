@@ -7,6 +7,7 @@ import os
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,20 +33,22 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.1):
 @contextmanager
 def reconciler(pair, *args: str, env: dict[str, str] | None = None):
     """``platform-svc reconcile ARGS`` running until the block ends (stopped with SIGTERM)."""
-    process = subprocess.Popen(
-        [console_script("platform-svc"), "reconcile", *args],
-        env={**os.environ, **pair.platform_env, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        yield process
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
-        assert process.returncode == 0, output
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would block its logging
+        process = subprocess.Popen(
+            [console_script("platform-svc"), "reconcile", *args],
+            env={**os.environ, **pair.platform_env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield process
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+            assert process.returncode == 0, output[-5000:]
 
 
 def states(pair, table: str = "clusters") -> dict[str, str]:
