@@ -53,12 +53,21 @@ class Scale:
     backlog: int  # scenario 5: clusters waiting (a firewall rule on every fourth)
     reconcilers: int  # scenario 5: reconciler processes at once
     fuzz_examples: int  # scenario 6: generated requests per operation and mode
+    outage_seconds: float  # scenario 7: how long cluster_svc stays down
+    outage_writes: int  # scenario 7: public writes during it
+    restart_burst: int  # scenario 8: public creates while platform's PostgreSQL restarts
     threads: int = 8  # public clients at once
 
 
 SCALES = {
-    "ci": Scale("ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10),
-    "full": Scale("full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60),
+    "ci": Scale(
+        "ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10,
+        outage_seconds=6, outage_writes=40, restart_burst=40,
+    ),
+    "full": Scale(
+        "full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60,
+        outage_seconds=120, outage_writes=1000, restart_burst=300,
+    ),
 }
 
 

@@ -17,12 +17,16 @@ from pathlib import Path
 import pytest
 import requests
 
+from platform_svc import INLINE_POLICY
+from platform_svc.breaker import CircuitBreaker
 from tooling import embedded_pg
 from tooling.testing import fresh_database
 from tests.chaos.harness import Burst, Pair, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.
 OUTAGE_CREATES = 4
+# After this long without a failed push, no inline breaker is still cooling down.
+BREAKER_SETTLES = CircuitBreaker().cool_down + INLINE_POLICY.longest_call()
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +86,15 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     pair.kill_cluster_svc()
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     pair.restart_cluster_svc()
+    last_outage_ended = time.monotonic()
     created = burst.results()
     assert not [c for c in created if isinstance(c, BaseException)]
     left_pending = sum(map(pending, created))
 
+    # Each platform_svc worker's breaker opened during the outages; once its
+    # cool-down has passed (no push has failed since), the next create is pushed.
+    while time.monotonic() < last_outage_ended + BREAKER_SETTLES:
+        time.sleep(0.1)
     # platform_svc dies after committing two creates, while their pushes are held.
     never_forwarded = pair.proxy.hold(method="POST", path="/v1/clusters")
     forwarded_late = pair.proxy.hold(method="POST", path="/v1/clusters")
