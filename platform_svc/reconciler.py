@@ -89,7 +89,7 @@ class RecoveryWatch:
             self._failures = 0
             recovered, self._suspect = self._suspect, False
         if recovered:
-            self.wake()
+            self._wake_or_suspect_again()
 
     def check(self) -> int:
         """Probe cluster_svc if an outage is suspected and rows wait on it; return the rows woken."""
@@ -103,7 +103,17 @@ class RecoveryWatch:
             return 0
         with self._lock:
             self._failures, self._suspect = 0, False
-        return self.wake()
+        return self._wake_or_suspect_again()
+
+    def _wake_or_suspect_again(self) -> int:
+        """Wake the rows; if that fails (the database is away), the next check tries again."""
+        try:
+            return self.wake()
+        except Exception as exc:  # noqa: BLE001 (never into the push that noticed the recovery)
+            with self._lock:
+                self._suspect = True
+            _log_failure("waking rows after recovery", exc)
+            return 0
 
     def wake(self) -> int:
         """Make every row waiting on a transient backoff due now (in bounded batches)."""

@@ -16,9 +16,9 @@ import requests
 from sqlalchemy import text
 
 from platform_svc import services
-from platform_svc.reconciler import count_failed, reconcile_once
+from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Claim, Pusher, RetryPolicy, claim_due, requeue_failed
-from shared.client import ClientPolicy, InternalClient
+from shared.client import Answer, ClientPolicy, InternalClient, Outcome
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
@@ -437,3 +437,59 @@ def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_back
     assert due_now(platform_engine, "clusters", cluster["id"])
     reconcile_once(live_pusher)
     assert offline_client.get(f"/v1/clusters/{cluster['id']}").get_json()["sync_state"] == "synced"
+
+
+# Noticing recovery ---------------------------------------------------------------
+
+
+def backed_off(offline_client, platform_database, platform_engine, dead_pusher):
+    """A cluster whose push failed, now waiting on a long backoff."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    push_claimed(dead_pusher(RetryPolicy()), CLUSTER, claim_one(platform_database, CLUSTER, created["id"]))
+    with platform_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE clusters SET attempts = 12, next_attempt_at = now() + interval '280 seconds' WHERE id = :id"),
+            {"id": created["id"]},
+        )
+    return created["id"]
+
+
+def test_a_probe_that_cluster_svc_serves_makes_rows_in_backoff_due_at_once(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher
+):
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+
+    assert RecoveryWatch(dead_pusher(RetryPolicy()), suspect=True).check() == 0  # still down: nothing woken
+    assert not due_now(platform_engine, "clusters", object_id)
+    assert RecoveryWatch(live_pusher, suspect=False).check() == 0  # no outage suspected: no probe
+    assert not due_now(platform_engine, "clusters", object_id)
+
+    assert RecoveryWatch(live_pusher, suspect=True).check() >= 1
+
+    assert due_now(platform_engine, "clusters", object_id)
+    assert db_row(platform_engine, "clusters", object_id)["attempts"] == 12  # kept until it is confirmed
+    reconcile_once(live_pusher)
+    assert db_row(platform_engine, "clusters", object_id)["sync_state"] == "synced"
+
+
+def test_a_push_served_after_consecutive_failures_wakes_rows_in_backoff(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher
+):
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+    watch = RecoveryWatch(live_pusher, suspect=False)
+    failed = Answer(Outcome.TRANSIENT, None, None, "POST /v1/clusters: connection failed")
+    served = Answer(Outcome.DONE, 201, {}, "POST /v1/clusters: 201")
+    parent_missing = Answer(Outcome.TRANSIENT, 404, {}, "POST /v1/clusters/x/firewall-rules: 404")
+
+    # Failures with served calls between them: one row's trouble, not an outage
+    # (a transient 404 is cluster_svc answering about one object).
+    for answer in (failed, failed, served, failed, failed, parent_missing, failed, served):
+        watch.observe(answer)
+    assert not due_now(platform_engine, "clusters", object_id)
+    for _ in range(3):
+        watch.observe(failed)
+    assert not due_now(platform_engine, "clusters", object_id)
+
+    watch.observe(served)
+
+    assert due_now(platform_engine, "clusters", object_id)
