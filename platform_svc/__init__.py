@@ -23,6 +23,7 @@ class Settings:
     cluster_svc_url: str
     internal_token: str
     pool_size: int = 5
+    breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -32,6 +33,7 @@ class Settings:
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
             internal_token=config.require("INTERNAL_TOKEN", why="the bearer token cluster_svc accepts"),
             pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
+            breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
         )
 
     def database(self) -> Database:
@@ -60,7 +62,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     )
     # One breaker per process: after a few inline pushes cluster_svc could not
     # serve, public writes stop waiting on it (answered pending) until a probe passes.
-    breaker = CircuitBreaker(probe_timeout=INLINE_POLICY.longest_call() + 1)
+    breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
     api.register_blueprint(blp)
     return app

@@ -38,6 +38,9 @@ from tooling.testing import LiveServer, console_script, free_port
 from tests.chaos.convergence import Comparison, Figures, compare, install_audit, read_audit
 
 TOKEN = "chaos-internal-token"
+# platform_svc's inline breaker probes a recovered cluster_svc after this long
+# (5 s by default); short, so scenarios can wait it out after each outage.
+BREAKER_COOL_DOWN = 1
 # platform_svc's inline push waits 1 s for an answer; a delayed request waits longer.
 DELAY_BEYOND_INLINE_TIMEOUT = 1.5
 
@@ -300,6 +303,7 @@ class Pair:
             "PLATFORM_DATABASE_URL": self.platform_db_url,
             "CLUSTER_SVC_URL": self.proxy.url,
             "INTERNAL_TOKEN": TOKEN,
+            "INLINE_BREAKER_COOL_DOWN_SECONDS": str(BREAKER_COOL_DOWN),
         }
 
     def _cluster_service(self, port: int) -> Service:

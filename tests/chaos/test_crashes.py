@@ -10,6 +10,7 @@ reconciler, both databases agree exactly.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -17,16 +18,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from platform_svc import INLINE_POLICY
-from platform_svc.breaker import CircuitBreaker
 from tooling import embedded_pg
 from tooling.testing import fresh_database
-from tests.chaos.harness import Burst, Pair, cluster_body
+from tests.chaos.harness import BREAKER_COOL_DOWN, Burst, Pair, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.
 OUTAGE_CREATES = 4
-# After this long without a failed push, no inline breaker is still cooling down.
-BREAKER_SETTLES = CircuitBreaker().cool_down + INLINE_POLICY.longest_call()
+# After this long from a recovery, no inline breaker is still cooling down (the
+# pushes under way at the recovery failed at once, or within their quick retries).
+BREAKER_SETTLES = BREAKER_COOL_DOWN + 1.5
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +66,30 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     api = pair.account("crashes")
     mark = pair.mark()
     total = scale.burst
-    burst = Burst([partial(api.create_cluster, cluster_body(rng, i)) for i in range(total)], threads=6).start()
+    # While the inline breakers are open creates answer at once; the burst
+    # waits at this gate after each recovery, so it outlasts every outage.
+    gate = threading.Event()
+    gate.set()
+
+    def create(body):
+        gate.wait()
+        return api.create_cluster(body)
+
+    def recovered():
+        gate.clear()
+        settles = time.monotonic() + BREAKER_SETTLES
+        while time.monotonic() < settles:
+            time.sleep(0.1)
+        gate.set()
+
+    burst = Burst([partial(create, cluster_body(rng, i)) for i in range(total)], threads=6).start()
 
     # Each outage lasts until OUTAGE_CREATES more creates were answered "pending".
     burst.wait_finished(total * 2 // 10)
     pair.kill_cluster_svc()
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     pair.restart_cluster_svc()
+    recovered()
 
     burst.wait_finished(total * 45 // 100)
     pg_down = time.monotonic()
@@ -81,20 +98,17 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     restart_postgres(cluster_pg)
     pg_up = time.monotonic()
     pair.events["restart cluster_svc postgres"] += 1
+    recovered()
 
     burst.wait_finished(total * 7 // 10)
     pair.kill_cluster_svc()
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     pair.restart_cluster_svc()
-    last_outage_ended = time.monotonic()
+    recovered()
     created = burst.results()
     assert not [c for c in created if isinstance(c, BaseException)]
     left_pending = sum(map(pending, created))
 
-    # Each platform_svc worker's breaker opened during the outages; once its
-    # cool-down has passed (no push has failed since), the next create is pushed.
-    while time.monotonic() < last_outage_ended + BREAKER_SETTLES:
-        time.sleep(0.1)
     # platform_svc dies after committing two creates, while their pushes are held.
     never_forwarded = pair.proxy.hold(method="POST", path="/v1/clusters")
     forwarded_late = pair.proxy.hold(method="POST", path="/v1/clusters")
