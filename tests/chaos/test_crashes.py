@@ -50,6 +50,30 @@ def pair(pg_server_url, cluster_pg, tmp_path_factory):
         pair.stop()
 
 
+class Gate:
+    """Lets every call through, or only a given number more."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._left: int | None = None  # None: open
+
+    def enter(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._left is None or self._left > 0)
+            if self._left is not None:
+                self._left -= 1
+
+    def limit(self, calls: int) -> None:
+        with self._changed:
+            self._left = calls
+            self._changed.notify_all()
+
+    def open(self) -> None:
+        with self._changed:
+            self._left = None
+            self._changed.notify_all()
+
+
 def pending(outcome) -> bool:
     """A public create that answered 201 with the push still to do."""
     return isinstance(outcome, dict) and outcome["sync_state"] == "pending"
@@ -66,27 +90,28 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     api = pair.account("crashes")
     mark = pair.mark()
     total = scale.burst
-    # While the inline breakers are open creates answer at once; the burst
-    # waits at this gate after each recovery, so it outlasts every outage.
-    gate = threading.Event()
-    gate.set()
+    # While an inline breaker is open creates answer at once, so an outage
+    # lets only OUTAGE_CREATES creates through (all answered "pending"), and
+    # the rest of the burst waits until the breakers have settled after the
+    # recovery: the burst outlasts every outage.
+    gate = Gate()
 
     def create(body):
-        gate.wait()
+        gate.enter()
         return api.create_cluster(body)
 
     def recovered():
-        gate.clear()
         settles = time.monotonic() + BREAKER_SETTLES
         while time.monotonic() < settles:
             time.sleep(0.1)
-        gate.set()
+        gate.open()
 
     burst = Burst([partial(create, cluster_body(rng, i)) for i in range(total)], threads=6).start()
 
     # Each outage lasts until OUTAGE_CREATES more creates were answered "pending".
     burst.wait_finished(total * 2 // 10)
     pair.kill_cluster_svc()
+    gate.limit(OUTAGE_CREATES)
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     pair.restart_cluster_svc()
     recovered()
@@ -94,6 +119,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     burst.wait_finished(total * 45 // 100)
     pg_down = time.monotonic()
     embedded_pg.stop(cluster_pg)
+    gate.limit(OUTAGE_CREATES)
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     restart_postgres(cluster_pg)
     pg_up = time.monotonic()
@@ -102,6 +128,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
 
     burst.wait_finished(total * 7 // 10)
     pair.kill_cluster_svc()
+    gate.limit(OUTAGE_CREATES)
     burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
     pair.restart_cluster_svc()
     recovered()
@@ -122,7 +149,9 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     never_forwarded.drop()
     forwarded_late.release()
     late = forwarded_late.wait_done(timeout=30)
-    assert [e.status for e in late][:1] == [201] and not any(e.delivered for e in late)
+    assert [e.status for e in late][:1] == [201] and not any(e.delivered for e in late), [
+        (e.seq, e.status, e.delivered, e.received, e.finished) for e in late
+    ]
     pair.restart_platform()
 
     pair.converge(deadline=120)  # the inline pushes' leases run out first
