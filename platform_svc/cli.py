@@ -108,8 +108,12 @@ def create_account(name: str, as_json: bool) -> None:
 
 
 @main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")
-@click.option("--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler (committed first).")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per kind.")
+@click.option(
+    "--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler (committed first)."
+)
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per kind."
+)
 @fail_fast
 @quiet_on_closed_pipe
 def sync_status(retry_failed: bool, limit: int) -> None:
@@ -124,8 +128,11 @@ def sync_status(retry_failed: bool, limit: int) -> None:
         # stops reading it) cannot undo it.
         with database.begin() as db_session:
             requeued = {kind: requeue_failed(db_session=db_session, kind=kind) for kind in KINDS}
+    threshold = stalled_after()
     with database.engine.connect() as db_session:
-        reports = [read_status(db_session=db_session, kind=kind, stalled_after=stalled_after(), limit=limit) for kind in KINDS]
+        reports = [
+            read_status(db_session=db_session, kind=kind, stalled_after=threshold, limit=limit) for kind in KINDS
+        ]
     for kind, report in zip(KINDS, reports):
         name = f"{kind.resource.name}s"
         if kind in requeued:
@@ -140,7 +147,8 @@ def sync_status(retry_failed: bool, limit: int) -> None:
             click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")
         for row in report.stalled:
             click.echo(
-                f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts, last error: {row.sync_error or '-'}"
+                f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts,"
+                f" last error: {row.sync_error or '-'}"
             )
         shown = len(report.failed) + len(report.stalled)
         if shown < counts["failed"] + counts["stalled"]:
