@@ -39,7 +39,7 @@ from tests.chaos.convergence import Comparison, Figures, compare, install_audit,
 
 TOKEN = "chaos-internal-token"
 # platform_svc's inline breaker probes a recovered cluster_svc after this long
-# (5 s by default); short, so scenarios can wait it out after each outage.
+# (5 s by default); short, so that inline pushes resume soon after each outage.
 BREAKER_COOL_DOWN = 1
 # platform_svc's inline push waits 1 s for an answer; a delayed request waits longer.
 DELAY_BEYOND_INLINE_TIMEOUT = 1.5

@@ -20,13 +20,10 @@ import requests
 
 from tooling import embedded_pg
 from tooling.testing import fresh_database
-from tests.chaos.harness import BREAKER_COOL_DOWN, Burst, Pair, cluster_body
+from tests.chaos.harness import Burst, Pair, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.
 OUTAGE_CREATES = 4
-# After this long from a recovery, no inline breaker is still cooling down (the
-# pushes under way at the recovery failed at once, or within their quick retries).
-BREAKER_SETTLES = BREAKER_COOL_DOWN + 1.5
 
 
 @pytest.fixture(scope="module")
@@ -51,26 +48,21 @@ def pair(pg_server_url, cluster_pg, tmp_path_factory):
 
 
 class Gate:
-    """Lets every call through, or only a given number more."""
+    """Lets through as many calls as it was allowed so far."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._left: int | None = None  # None: open
+        self.allotted = 0
+        self._entered = 0
 
     def enter(self) -> None:
         with self._changed:
-            self._changed.wait_for(lambda: self._left is None or self._left > 0)
-            if self._left is not None:
-                self._left -= 1
+            self._changed.wait_for(lambda: self._entered < self.allotted)
+            self._entered += 1
 
-    def limit(self, calls: int) -> None:
+    def allow(self, calls: int) -> None:
         with self._changed:
-            self._left = calls
-            self._changed.notify_all()
-
-    def open(self) -> None:
-        with self._changed:
-            self._left = None
+            self.allotted += calls
             self._changed.notify_all()
 
 
@@ -90,48 +82,47 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     api = pair.account("crashes")
     mark = pair.mark()
     total = scale.burst
-    # While an inline breaker is open creates answer at once, so an outage
-    # lets only OUTAGE_CREATES creates through (all answered "pending"), and
-    # the rest of the burst waits until the breakers have settled after the
-    # recovery: the burst outlasts every outage.
+    # While an inline breaker is open (or probing) creates answer at once, so
+    # the burst goes in allotments: a share of it between outages, exactly
+    # OUTAGE_CREATES during each (all answered "pending"). It cannot run out
+    # before the last outage, however fast the answers come.
     gate = Gate()
 
     def create(body):
         gate.enter()
         return api.create_cluster(body)
 
-    def recovered():
-        settles = time.monotonic() + BREAKER_SETTLES
-        while time.monotonic() < settles:
-            time.sleep(0.1)
-        gate.open()
+    def run_to(share: float) -> None:
+        """Let the burst run until ``share`` of it has finished."""
+        gate.allow(max(0, int(total * share) - gate.allotted))
+        burst.wait_finished(int(total * share))
+
+    def outage_seen() -> None:
+        """OUTAGE_CREATES more creates, answered "pending" during the outage."""
+        seen = burst.count(pending)
+        gate.allow(OUTAGE_CREATES)
+        burst.wait_until(pending, seen + OUTAGE_CREATES)
 
     burst = Burst([partial(create, cluster_body(rng, i)) for i in range(total)], threads=6).start()
 
-    # Each outage lasts until OUTAGE_CREATES more creates were answered "pending".
-    burst.wait_finished(total * 2 // 10)
+    run_to(0.2)
     pair.kill_cluster_svc()
-    gate.limit(OUTAGE_CREATES)
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     pair.restart_cluster_svc()
-    recovered()
 
-    burst.wait_finished(total * 45 // 100)
+    run_to(0.45)
     pg_down = time.monotonic()
     embedded_pg.stop(cluster_pg)
-    gate.limit(OUTAGE_CREATES)
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     restart_postgres(cluster_pg)
     pg_up = time.monotonic()
     pair.events["restart cluster_svc postgres"] += 1
-    recovered()
 
-    burst.wait_finished(total * 7 // 10)
+    run_to(0.7)
     pair.kill_cluster_svc()
-    gate.limit(OUTAGE_CREATES)
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     pair.restart_cluster_svc()
-    recovered()
+    gate.allow(total)
     created = burst.results()
     assert not [c for c in created if isinstance(c, BaseException)]
     left_pending = sum(map(pending, created))
