@@ -11,8 +11,10 @@ from shared.client import ClientPolicy, InternalClient
 from shared.db import Database
 
 # The inline push after a public write: a short budget, since the reconciler
-# finishes whatever it does not.
-INLINE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5)
+# finishes whatever it does not (a long Retry-After is the reconciler's to wait).
+INLINE_POLICY = ClientPolicy(
+    connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5, retry_after_max=1
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class Settings:
     cluster_svc_url: str
     internal_token: str
     pool_size: int = 5
+    breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -30,6 +33,7 @@ class Settings:
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
             internal_token=config.require("INTERNAL_TOKEN", why="the bearer token cluster_svc accepts"),
             pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
+            breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
         )
 
     def database(self) -> Database:
@@ -42,6 +46,7 @@ class Settings:
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
     from platform_svc import services
+    from platform_svc.breaker import CircuitBreaker
     from platform_svc.sync import Pusher
     from platform_svc.sync_metrics import SyncRowsCollector
     from platform_svc.views import blp
@@ -58,6 +63,9 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         metrics_collectors=[SyncRowsCollector(database)],
         testing=testing,
     )
-    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY))
+    # One breaker per process: after a few inline pushes cluster_svc could not
+    # serve, public writes stop waiting on it (answered pending) until a probe passes.
+    breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
+    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
     api.register_blueprint(blp)
     return app

@@ -1,6 +1,7 @@
 """``platform-svc``: serve, migrate, reconcile, repair, create-account, sync-status."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -9,11 +10,10 @@ import threading
 from pathlib import Path
 
 import click
-from sqlalchemy import func, select
 
 from platform_svc import Settings, create_app
 from shared import config
-from shared.cli import MULTIPROC_DIR, add_service_commands, fail_fast
+from shared.cli import MULTIPROC_DIR, add_service_commands, fail_fast, quiet_on_closed_pipe
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -37,7 +37,21 @@ add_service_commands(
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
 @click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Pushes in flight.")
-@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000), help="Rows a worker claims at a time.")
+@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000), help="Rows one claim leases at most.")
+@click.option(
+    "--max-backoff",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(0.05),
+    help="Longest wait (seconds) before retrying a row after transient failures; they are retried for ever.",
+)
+@click.option(
+    "--push-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 300),
+    help="Seconds to wait for cluster_svc's answer to one call (the row lease is derived from it).",
+)
 @click.option(
     "--repair-interval",
     default=3600.0,
@@ -52,25 +66,44 @@ add_service_commands(
     help="Serve Prometheus metrics (sync_pushes_total, ...) on this port at HOST (default 127.0.0.1); off if not given.",
 )
 @fail_fast
-def reconcile(once: bool, concurrency: int, batch: int, repair_interval: float, metrics_port: int | None) -> None:
+def reconcile(
+    once: bool,
+    concurrency: int,
+    batch: int,
+    max_backoff: float,
+    push_timeout: float,
+    repair_interval: float,
+    metrics_port: int | None,
+) -> None:
     # One process: its metrics live in memory, never in a gunicorn metrics
     # directory that happens to be set in the environment.
     os.environ.pop(MULTIPROC_DIR, None)
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
-    from platform_svc.sync import Pusher
+    from platform_svc.sync import Pusher, RetryPolicy
     from shared.client import ClientPolicy
     from shared.logs import configure_logging
 
     configure_logging("reconciler")
-    settings = Settings.from_env()
+    # Each row has its own backoff, so one call retries once, briefly, and never
+    # sleeps long on a Retry-After: a worker is not held while a row could wait.
+    policy = ClientPolicy(
+        connect_timeout=1.0,
+        read_timeout=push_timeout,
+        retries=1,
+        backoff_max=1.0,
+        retry_after_max=2,
+        pool_size=concurrency + 1,
+    )
+    # A connection for each worker, the scheduler, the recovery watch and the repair pass.
+    settings = dataclasses.replace(Settings.from_env(), pool_size=concurrency + 3)
     if metrics_port is not None:
         from shared.metrics import serve_process_metrics
 
         host = os.environ.get("HOST", "").strip() or "127.0.0.1"
         serve_process_metrics(metrics_port, host)
         click.echo(f"reconciler metrics on http://{host}:{metrics_port}/metrics")
-    pusher = Pusher(settings.database(), settings.client(ClientPolicy(pool_size=concurrency)))
-    options = ReconcilerSettings(batch=batch, concurrency=concurrency)
+    pusher = Pusher(settings.database(), settings.client(policy), RetryPolicy(max_delay=max_backoff))
+    options = ReconcilerSettings(batch=batch, concurrency=concurrency, longest_push=policy.longest_call())
     if once:
         states = reconcile_once(pusher, options)
         failed = count_failed(pusher)
@@ -147,27 +180,49 @@ def create_account(name: str, as_json: bool) -> None:
         click.echo(f"account_id: {account_id}\napi_key:    {api_key}\n(store the key now: it is not shown again)")
 
 
-@main.command("sync-status", help="Count rows by sync state and list the failed ones with their reasons.")
-@click.option("--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler.")
+@main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")
+@click.option(
+    "--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler (committed first)."
+)
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per kind."
+)
 @fail_fast
-def sync_status(retry_failed: bool) -> None:
-    from platform_svc.sync import KINDS, requeue_failed
+@quiet_on_closed_pipe
+def sync_status(retry_failed: bool, limit: int) -> None:
+    from platform_svc.status import format_age, read_status
+    from platform_svc.sync import KINDS, requeue_failed, stalled_after
     from shared.db import Database
 
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    with database.begin() as db_session:
-        for kind in KINDS:
-            table = kind.resource.table
-            if retry_failed:
-                requeued = requeue_failed(db_session=db_session, kind=kind)
-                click.echo(f"{kind.resource.name}s: {requeued} failed rows put back in line")
-            counts = dict(db_session.execute(select(table.c.sync_state, func.count()).group_by(table.c.sync_state)).all())
-            summary = ", ".join(f"{counts.get(state, 0)} {state}" for state in ("synced", "pending", "failed"))
-            click.echo(f"{kind.resource.name}s: {summary}")
-            failed = db_session.execute(
-                select(table.c.id, table.c.sync_failed_at, table.c.sync_error)
-                .where(table.c.sync_state == "failed")
-                .order_by(table.c.sync_failed_at)
-            ).all()
-            for row in failed:
-                click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")
+    requeued = {}
+    if retry_failed:
+        # Committed before anything is printed: whoever reads the output (or
+        # stops reading it) cannot undo it.
+        with database.begin() as db_session:
+            requeued = {kind: requeue_failed(db_session=db_session, kind=kind) for kind in KINDS}
+    threshold = stalled_after()
+    with database.engine.connect() as db_session:
+        reports = [
+            read_status(db_session=db_session, kind=kind, stalled_after=threshold, limit=limit) for kind in KINDS
+        ]
+    for kind, report in zip(KINDS, reports):
+        name = f"{kind.resource.name}s"
+        if kind in requeued:
+            click.echo(f"{name}: {requeued[kind]} failed rows put back in line")
+        counts = report.counts
+        oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
+        click.echo(
+            f"{name}: {counts['synced']} synced, {counts['pending']} pending, {counts['failed']} failed,"
+            f" {counts['stalled']} stalled; oldest pending {oldest}"
+        )
+        for row in report.failed:
+            click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")
+        for row in report.stalled:
+            click.echo(
+                f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts,"
+                f" last error: {row.sync_error or '-'}"
+            )
+        shown = len(report.failed) + len(report.stalled)
+        if shown < counts["failed"] + counts["stalled"]:
+            click.echo(f"  ... {counts['failed'] + counts['stalled'] - shown} more (--limit)")

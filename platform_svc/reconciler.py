@@ -3,6 +3,15 @@
 Level-triggered: it reads what is due from the rows themselves (see
 :mod:`platform_svc.sync`), so it needs no operations log, forgets nothing when
 it crashes, and any number of reconcilers can run side by side.
+
+Shaped like a controller's work queue. One scheduler thread leases due rows
+(a few at a time, never more than the workers can start soon) and hands each
+to a pool of ``concurrency`` workers; a worker pushes its one row and records
+the answer. So up to ``concurrency`` pushes are in flight whatever the others
+do: a push that hangs until its timeout holds its own row and worker only,
+and the scheduler hands the next due row to the next free worker without
+waiting for any pass to end. Beside it, a :class:`RecoveryWatch` notices
+cluster_svc answering again and makes every row waiting on a backoff due.
 """
 from __future__ import annotations
 
@@ -10,74 +19,226 @@ import logging
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
-from platform_svc.sync import KINDS, Pusher, claim_due
+from platform_svc.sync import KINDS, Claim, Pusher, claim_due, in_backoff, wake_backed_off
+from shared.client import Answer
+from shared.errors import database_unavailable, describe_database_error
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ReconcilerSettings:
-    batch: int = 10  # rows one worker claims at a time
-    concurrency: int = 8  # workers, so pushes in flight
-    # How long a claim keeps a row; a worker stops pushing its batch before
-    # then, so a row is never pushed by two workers at once.
-    lease: timedelta = timedelta(seconds=60)
-    idle_interval: float = 1.0
+    concurrency: int = 8  # pushes in flight at most
+    batch: int = 10  # rows one claim statement leases at most
+    # Seconds one push can take, retries included (ClientPolicy.longest_call()).
+    # The lease outlasts it by ``lease_margin``, so a push always ends while its
+    # row is still leased: no two pushers ever send one row at the same moment.
+    longest_push: float = 50.0
+    lease_margin: float = 5.0
+    idle_interval: float = 1.0  # rest when nothing is due
+    probe_interval: float = 1.0  # how often a suspected outage is probed
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.longest_push + self.lease_margin)
+
+
+class RecoveryWatch:
+    """Notices cluster_svc serving again after failures, and wakes the rows waiting on a backoff.
+
+    It *suspects an outage* after ``failures_to_suspect`` consecutive pushes
+    cluster_svc could not serve (and, when ``suspect`` is set, from the start:
+    rows may be in backoff from before this process). While it suspects one
+    and rows wait on a backoff, :meth:`check` probes cluster_svc (a cheap
+    authenticated read) about once a second. The first push or probe it
+    serves ends the suspicion and makes every such row due at once, however
+    far its backoff had grown. A lone row that keeps failing among healthy
+    ones does not do this: the count restarts with every push that is served.
+    """
+
+    def __init__(
+        self,
+        pusher: Pusher,
+        *,
+        suspect: bool,
+        failures_to_suspect: int = 3,
+        wake_batch: int = 10_000,
+        on_wake=lambda: None,
+    ) -> None:
+        self.pusher = pusher
+        self.failures_to_suspect = failures_to_suspect
+        self.wake_batch = wake_batch
+        self.on_wake = on_wake
+        self._lock = threading.Lock()  # guards the two fields; never held across a call
+        self._failures = 0
+        self._suspect = suspect
+
+    def observe(self, answer: Answer) -> None:
+        """Told every push's answer (from the workers)."""
+        with self._lock:
+            if answer.unavailable:
+                self._failures += 1
+                self._suspect = self._suspect or self._failures >= self.failures_to_suspect
+                return
+            self._failures = 0
+            recovered, self._suspect = self._suspect, False
+        if recovered:
+            self._wake_or_suspect_again()
+
+    def check(self) -> int:
+        """Probe cluster_svc if an outage is suspected and rows wait on it; return the rows woken."""
+        with self._lock:
+            if not self._suspect:
+                return 0
+        with self.pusher.database.engine.connect() as db_session:
+            if not in_backoff(db_session=db_session):
+                return 0
+        if not self.pusher.client.probe():
+            return 0
+        with self._lock:
+            self._failures, self._suspect = 0, False
+        return self._wake_or_suspect_again()
+
+    def _wake_or_suspect_again(self) -> int:
+        """Wake the rows; if that fails (the database is away), the next check tries again."""
+        try:
+            return self.wake()
+        except Exception as exc:  # noqa: BLE001 (never into the push that noticed the recovery)
+            with self._lock:
+                self._suspect = True
+            _log_failure("waking rows after recovery", exc)
+            return 0
+
+    def wake(self) -> int:
+        """Make every row waiting on a transient backoff due now (in bounded batches)."""
+        woken = 0
+        for kind in KINDS:
+            while True:
+                with self.pusher.database.begin() as db_session:
+                    count = wake_backed_off(db_session=db_session, kind=kind, limit=self.wake_batch)
+                woken += count
+                if count < self.wake_batch:
+                    break
+        if woken:
+            log.info("cluster_svc answers again: %d rows waiting on a backoff are due now", woken)
+        self.on_wake()
+        return woken
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        while not stop.wait(interval):
+            try:
+                self.check()
+            except Exception as exc:  # noqa: BLE001 (the database restarting, say: try again)
+                _log_failure("recovery check", exc)
+
+
+class Reconciler:
+    """The scheduler and its workers over one :class:`Pusher`."""
+
+    def __init__(self, pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings(), *, watch: bool) -> None:
+        self.pusher = pusher
+        self.settings = settings
+        self._nudge = threading.Event()  # set when rows became due (a wake): stop resting
+        self._due_by: datetime | None = None
+        self.watch = RecoveryWatch(pusher, suspect=watch, on_wake=self._woken)
+        pusher.observe = self.watch.observe
+
+    def drain(self) -> Counter[str]:
+        """Push what is due now and every row that becomes due through it; return the states reached.
+
+        "Now" is fixed at the start: a row that fails transiently goes back to
+        its backoff and is not pushed again in this run (unless cluster_svc
+        is seen recovering), so this ends even during an outage.
+        """
+        self._due_by = self._database_now()
+        return self._schedule(stop=threading.Event(), until_idle=True)
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until ``stop`` is set; then finish the pushes in flight and return."""
+        watcher = threading.Thread(
+            target=self.watch.run, args=(stop, self.settings.probe_interval), name="recovery", daemon=True
+        )
+        watcher.start()
+        while not stop.is_set():
+            try:
+                self._schedule(stop=stop, until_idle=False)
+            except Exception as exc:  # noqa: BLE001 (the database restarting, say: rest, carry on)
+                _log_failure("scheduling", exc)
+                stop.wait(self.settings.idle_interval)
+        watcher.join(timeout=10)
+
+    def _schedule(self, *, stop: threading.Event, until_idle: bool) -> Counter[str]:
+        states: Counter[str] = Counter()
+        reported: Counter[str] = Counter()
+        # Rows pushing, plus as many waiting for a worker: a freed worker never
+        # waits for a claim, and a row never waits long for a worker.
+        capacity = 2 * self.settings.concurrency
+        in_flight: set[Future] = set()
+        with ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="push") as pool:
+            while True:
+                if not stop.is_set() and len(in_flight) < capacity:
+                    for claim in self._claim(capacity - len(in_flight)):
+                        in_flight.add(pool.submit(self._work, claim, stop))
+                if not in_flight:
+                    if until_idle or stop.is_set():
+                        return states
+                    if states != reported:
+                        _log_states(states - reported)
+                        reported = Counter(states)
+                    self._nudge.wait(self.settings.idle_interval)
+                    self._nudge.clear()
+                    continue
+                done, in_flight = wait(in_flight, timeout=self.settings.idle_interval, return_when=FIRST_COMPLETED)
+                states.update(state for state in (future.result() for future in done) if state)
+
+    def _claim(self, room: int) -> list[Claim]:
+        """Lease up to ``room`` due rows (parents first), in one short transaction."""
+        push_by = time.monotonic() + self.settings.lease_margin
+        claims: list[Claim] = []
+        with self.pusher.database.begin() as db_session:
+            for kind in KINDS:
+                limit = min(room - len(claims), self.settings.batch)
+                if limit <= 0:
+                    break
+                rows = claim_due(
+                    db_session=db_session, kind=kind, limit=limit, lease=self.settings.lease, due_by=self._due_by
+                )
+                claims += [Claim(kind, row, push_by) for row in rows]
+        return claims
+
+    def _work(self, claim: Claim, stop: threading.Event) -> str | None:
+        """A worker: push one claimed row and record it; the state it reached, if it was pushed."""
+        try:
+            row = self.pusher.push_claimed(claim, cancelled=stop.is_set)
+        except Exception as exc:  # noqa: BLE001 (its lease runs out; it is pushed again later)
+            _log_failure(f"push of {claim.kind.resource.name} {claim.row['id']}", exc)
+            return None
+        return None if row is None else row["sync_state"]
+
+    def _woken(self) -> None:
+        if self._due_by is not None:  # a drain: the woken rows are due "now" too
+            self._due_by = self._database_now()
+        self._nudge.set()
+
+    def _database_now(self) -> datetime:
+        with self.pusher.database.engine.connect() as db_session:
+            return db_session.execute(select(func.now())).scalar_one()
 
 
 def reconcile_once(pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
-    """Drain what is due now; return the sync states the pushed rows reached.
-
-    ``concurrency`` workers each claim, push and record their own small
-    batches, so no worker waits for another's slowest push. A pass ends when
-    no worker finds anything due; a push can make its row due again (a create
-    that found an older generation downstream still needs its update), so
-    passes repeat until one pushes nothing.
-    """
-    states: Counter[str] = Counter()
-    while True:
-        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="push") as pool:
-            workers = [pool.submit(_drain, pusher, settings) for _ in range(settings.concurrency)]
-            pushed = sum((worker.result() for worker in workers), Counter())
-        if not pushed:
-            return states
-        states += pushed
-
-
-def _drain(pusher: Pusher, settings: ReconcilerSettings) -> Counter[str]:
-    """One worker: claim a few due rows, push them, record them; until none is due."""
-    states: Counter[str] = Counter()
-    while True:
-        claimed_any = False
-        for kind in KINDS:
-            with pusher.database.begin() as db_session:
-                rows = claim_due(db_session=db_session, kind=kind, limit=settings.batch, lease=settings.lease)
-            if rows:
-                claimed_any = True
-                deadline = time.monotonic() + settings.lease.total_seconds() * 0.8
-                states.update(row["sync_state"] for row in pusher.push_many(kind, rows, deadline=deadline))
-        if not claimed_any:
-            return states
+    """Drain what is due now; return the sync states the pushed rows reached."""
+    return Reconciler(pusher, settings, watch=False).drain()
 
 
 def run(pusher: Pusher, settings: ReconcilerSettings, stop: threading.Event) -> None:
     """Reconcile until ``stop`` is set, resting when nothing is due."""
-    while not stop.is_set():
-        try:
-            states = reconcile_once(pusher, settings)
-        except Exception:  # a database restart, say: log it, rest, carry on
-            log.exception("reconcile pass failed")
-            states = Counter()
-        if states:
-            log.info("reconciled: %s", ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
-        else:
-            stop.wait(settings.idle_interval)
+    Reconciler(pusher, settings, watch=True).run(stop)
 
 
 def count_failed(pusher: Pusher) -> int:
@@ -86,3 +247,15 @@ def count_failed(pusher: Pusher) -> int:
             db_session.execute(select(func.count()).where(kind.resource.table.c.sync_state == "failed")).scalar_one()
             for kind in KINDS
         )
+
+
+def _log_states(states: Counter[str]) -> None:
+    log.info("reconciled: %s", ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
+
+
+def _log_failure(what: str, exc: Exception) -> None:
+    """One line when the database is away (no traceback storm); a traceback for anything else."""
+    if database_unavailable(exc):
+        log.warning("%s: database unavailable (%s)", what, describe_database_error(exc))
+    else:
+        log.exception("%s failed", what)

@@ -129,7 +129,7 @@ def create_object(
     idempotency_key: str | None,
     lease: timedelta,
 ) -> tuple[RowMapping, bool]:
-    """Record a new object (a fresh UUIDv7) with a lease for the inline push.
+    """Record a new object (a fresh UUIDv7) with a lease for the inline push (none when ``lease`` is 0).
 
     With an Idempotency-Key, the key is unique per account on the object's own
     row: the same key and body return the first object as it is now (also
@@ -146,7 +146,7 @@ def create_object(
         **values,
         "idempotency_key": idempotency_key,
         "request_fingerprint": _fingerprint(values) if idempotency_key else None,
-        "lease_until": _lease_until(lease),
+        "lease_until": _lease_until(lease) if lease else None,
     }
     conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
     try:

@@ -1,8 +1,11 @@
 """Pushing platform rows down to cluster_svc, and recording what happened.
 
-Used twice, the same way: inline, right after a public write commits (a short
-budget), and by the reconciler for everything still pending. The rules that
-keep it safe:
+Three small pieces: *scheduling* (what is due, backoff, leases, waking rows
+when cluster_svc recovers), *pushing* (one HTTP call: :func:`push`) and
+*recording* (one UPDATE: :func:`record`). :class:`Pusher` puts the last two
+together, inline right after a public write commits (a short budget, behind a
+circuit breaker) and for each unit the reconciler claims. The rules that keep
+it safe:
 
 - The intent is committed before any call; a push never runs inside a
   database transaction. A row is pushed only by whoever holds its lease, so
@@ -11,8 +14,11 @@ keep it safe:
 - What to send follows from the row alone (level-triggered): a deleted row
   wants its delete confirmed; a row cluster_svc never confirmed is created
   (with its current fields and generation); otherwise it is updated to the
-  wanted generation. Recording the answer only ever moves
-  ``synced_generation`` forward, so a late answer cannot undo a newer one.
+  wanted generation (created again if downstream lost it). Recording the
+  answer only ever moves ``synced_generation`` forward, so a late answer
+  cannot undo a newer one.
+- Transient failures are retried for ever with capped, jittered backoff;
+  only a permanent answer makes a row ``failed``.
 """
 from __future__ import annotations
 
@@ -20,9 +26,9 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -42,18 +48,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import RowMapping
 
+from platform_svc.breaker import CircuitBreaker
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
+from shared import config
 from shared.client import Answer, InternalClient, Outcome
 from shared.counters import count_push
 from shared.db import Database
+from shared.errors import database_unavailable, describe_database_error
 from shared.idempotent import Resource
 
 log = logging.getLogger(__name__)
-
-# A row pending for longer than this (since its last change, ``updated_at``)
-# is "stalled": shown apart in sync-status and the metrics, still retried.
-STALLED_AFTER = timedelta(minutes=5)
-
 
 @dataclass(frozen=True)
 class Kind:
@@ -102,27 +106,56 @@ FIREWALL_RULE = Kind(
 KINDS = (CLUSTER, FIREWALL_RULE)  # parents first: a rule waits for its cluster
 
 
+# A row pending longer than this (since its last public write) is *stalled*:
+# still retried, but shown to people (sync-status, the sync_rows gauge).
+STALLED_AFTER = timedelta(minutes=5)
+
+
+def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
+    """The stalled threshold: ``SYNC_STALLED_AFTER_SECONDS`` when set, else :data:`STALLED_AFTER`.
+
+    :raise ConfigError: the setting is not an integer.
+    """
+    seconds = config.integer("SYNC_STALLED_AFTER_SECONDS", int(STALLED_AFTER.total_seconds()), environ)
+    return timedelta(seconds=seconds)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff between a row's pushes (each push has its own quick retries)."""
+    """Backoff between a row's pushes after transient failures (each push has its own quick retries).
 
-    max_attempts: int = 8
+    There is no last attempt: a transient failure is retried for ever (it
+    heals by itself, or a person sees the row stalled). Only a permanent
+    answer makes a row ``failed``.
+    """
+
     base_delay: float = 1.0
     max_delay: float = 300.0
 
     def delay(self, attempts: int) -> timedelta:
-        """Exponential, with full jitter so a crowd of failed rows spreads out."""
-        ceiling = min(self.max_delay, self.base_delay * 2 ** max(0, attempts - 1))
-        return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
+        """Exponential with a cap, and full jitter (anywhere from 0 to the ceiling),
+        so the rows of one outage spread out instead of coming back in waves."""
+        exponent = min(max(0, attempts - 1), 62)  # 2**62 s is already beyond any cap
+        ceiling = min(self.max_delay, self.base_delay * 2**exponent)
+        return timedelta(seconds=random.uniform(0, ceiling))
 
 
 def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
-    """Send the one call that moves cluster_svc toward this row."""
+    """Send what moves cluster_svc toward this row: one call, or two when downstream lost the object.
+
+    An update answered 404 means cluster_svc has no such object (restored from
+    an old backup, say): it is created again with its current fields and
+    generation, so a change to a lost object still converges.
+    """
     if row["deleted_at"] is not None:
-        return client.delete(kind.item(row))
+        return client.delete(kind.item(row))  # 404 counts as done: nothing to delete there
     if row["synced_generation"] == 0:
         return client.create(kind.collection(row), kind.create_body(row))
-    return client.update(kind.item(row), kind.update_body(row))
+    answer = client.update(kind.item(row), kind.update_body(row))
+    if answer.status == 404:
+        log.info("%s %s is missing downstream: creating it again", kind.resource.name, row["id"])
+        return client.create(kind.collection(row), kind.create_body(row))
+    return answer
 
 
 def record(
@@ -149,13 +182,9 @@ def record(
     elif inline:
         change = "due_now"
     else:
+        change = "retry_later"
         params["b_attempts"] = attempts = row["attempts"] + 1
-        if attempts >= retry.max_attempts:
-            change = "gave_up"
-            params["b_reason"] = f"gave up after {attempts} attempts: {answer.reason}"
-        else:
-            change = "retry_later"
-            params["b_delay"] = retry.delay(attempts)
+        params["b_delay"] = retry.delay(attempts)
     return db_session.execute(_record_statement(kind.resource.table, change), params).mappings().one()
 
 
@@ -176,30 +205,38 @@ def _record_statement(table: Table, change: str) -> Any:
         else:
             confirmed = bindparam("b_confirmed", type_=Integer())
             values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
-    elif change in ("failed", "gave_up"):
+    elif change == "failed":
         values.update(sync_failed_at=now, sync_error=reason)
     elif change == "failed_unless_deleted":
         values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
     elif change == "due_now":
         values.update(sync_error=reason, next_attempt_at=now)
     elif change == "retry_later":
-        values.update(sync_error=reason, next_attempt_at=now + bindparam("b_delay", type_=Interval()))
-    if change in ("gave_up", "retry_later"):
-        values["attempts"] = bindparam("b_attempts", type_=Integer())
+        values.update(
+            sync_error=reason,
+            next_attempt_at=now + bindparam("b_delay", type_=Interval()),
+            attempts=bindparam("b_attempts", type_=Integer()),
+        )
     return update(table).where(table.c.id == bindparam("b_id")).values(values).returning(*table.c)
 
 
-def claim_due(*, db_session: Connection, kind: Kind, limit: int, lease: timedelta) -> list[RowMapping]:
-    """Lease up to ``limit`` rows that are due, skipping rows others have locked.
+# Scheduling: what is due, leases, and waking rows when cluster_svc recovers ---------
+
+
+def claim_due(
+    *, db_session: Connection, kind: Kind, limit: int, lease: timedelta, due_by: datetime | None = None
+) -> list[RowMapping]:
+    """Lease up to ``limit`` rows that are due (by ``due_by``, else now), skipping rows others have locked.
 
     ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
     lease (not a lock) is what keeps a row theirs while they push it, so no
-    transaction stays open across an HTTP call.
+    transaction stays open across an HTTP call. A firewall rule is due only
+    once cluster_svc confirmed its cluster.
     """
     table = kind.resource.table
     due = select(table.c.id).where(
         table.c.sync_state == "pending",
-        table.c.next_attempt_at <= func.now(),
+        table.c.next_attempt_at <= (func.now() if due_by is None else due_by),
         or_(table.c.lease_until.is_(None), table.c.lease_until < func.now()),
     )
     if kind.resource.parent is not None:
@@ -215,6 +252,33 @@ def claim_due(*, db_session: Connection, kind: Kind, limit: int, lease: timedelt
     return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
 
 
+def in_backoff(*, db_session: Connection) -> bool:
+    """Whether any row waits on a transient backoff (pending, failed before, not due yet)."""
+    return any(
+        db_session.execute(select(_backed_off(kind.resource.table).exists())).scalar() for kind in KINDS
+    )
+
+
+def wake_backed_off(*, db_session: Connection, kind: Kind, limit: int) -> int:
+    """Make up to ``limit`` rows waiting on a transient backoff due now; return how many.
+
+    Called when cluster_svc answers again: however long a row's backoff grew
+    during the outage, it goes at once. ``attempts`` is kept (it resets when
+    the row is confirmed). Rows locked by a claim are skipped: they are being
+    pushed anyway.
+    """
+    table = kind.resource.table
+    woken = _backed_off(table).limit(limit).with_for_update(skip_locked=True)
+    stmt = update(table).where(table.c.id.in_(woken.scalar_subquery())).values(next_attempt_at=func.now())
+    return db_session.execute(stmt).rowcount
+
+
+def _backed_off(table: Table) -> Any:
+    return select(table.c.id).where(
+        table.c.sync_state == "pending", table.c.attempts > 0, table.c.next_attempt_at > func.now()
+    )
+
+
 def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
     """Put every failed row back in line (after an operator fixed the cause)."""
     table = kind.resource.table
@@ -226,45 +290,102 @@ def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
     return db_session.execute(stmt).rowcount
 
 
-class Pusher:
-    """Pushes rows with one client and records the answers, each in its own transaction."""
+@dataclass(frozen=True)
+class Claim:
+    """One unit of work the scheduler hands a worker: a row it leased, and when
+    it is too late to start pushing it (the lease would not outlast the push).
 
-    def __init__(self, database: Database, client: InternalClient, retry: RetryPolicy = RetryPolicy()) -> None:
+    Today a unit is one row; a batch of creates could be one unit as well.
+    """
+
+    kind: Kind
+    row: RowMapping
+    push_by: float  # a time.monotonic() value
+
+
+# Pushing and recording ---------------------------------------------------------------
+
+
+class Pusher:
+    """Pushes rows with one client and records each answer in its own short transaction.
+
+    ``breaker`` (inline pushes) keeps public writes from waiting on a
+    cluster_svc known to be failing; ``observe`` is told every answer (the
+    reconciler's recovery watch).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        client: InternalClient,
+        retry: RetryPolicy = RetryPolicy(),
+        *,
+        breaker: CircuitBreaker | None = None,
+        observe: Callable[[Answer], None] | None = None,
+    ) -> None:
         self.database = database
         self.client = client
         self.retry = retry
+        self.breaker = breaker
+        self.observe = observe
+
+    @property
+    def holding_off(self) -> bool:
+        """The breaker is open: an inline push now would not even be tried."""
+        return self.breaker is not None and self.breaker.is_open
 
     def push_now(self, kind: Kind, row: RowMapping) -> RowMapping:
-        """Inline: the caller has committed ``row`` and holds its lease."""
-        if kind.resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(row):
-            return self._release(kind, row)  # a rule waits for its cluster; the reconciler will push it
-        answer = self._push(kind, row)
-        with self.database.begin() as db_session:
-            return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=True)
+        """Inline: the caller has committed ``row`` and holds its lease; return the row as it is now.
 
-    def push_many(self, kind: Kind, rows: list[RowMapping], *, deadline: float | None = None) -> list[RowMapping]:
-        """Push a claimed batch in turn, then record every answer in one transaction.
-
-        Rows not reached by ``deadline`` (a ``time.monotonic()`` value, before
-        the lease runs out) are left alone: once their lease has run out,
-        another pusher may take them, and this one must not push them then.
+        Nothing that fails here reaches the caller: the intent is committed, so
+        a failed push or a database gone away while recording it leaves the
+        row ``pending`` (the reconciler finishes it) and the committed row is
+        what the public answer shows.
         """
-        answers = []
-        for row in rows:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            answers.append((row, self._push(kind, row)))
+        try:
+            if kind.resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(row):
+                return self._release(kind, row)  # a rule waits for its cluster; the reconciler will push it
+            if self.breaker is not None and not self.breaker.allow():
+                answer = Answer(
+                    Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
+                )
+            else:
+                answer = self._push(kind, row)
+                if self.breaker is not None:
+                    self.breaker.record(answer.unavailable)
+            with self.database.begin() as db_session:
+                return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=True)
+        except Exception as exc:  # noqa: BLE001 (after the commit, nothing may turn into a 5xx)
+            if database_unavailable(exc):
+                log.warning("inline push of %s %s: database unavailable (%s)", kind.resource.name, row["id"],
+                            describe_database_error(exc))
+            else:
+                log.exception("inline push of %s %s failed", kind.resource.name, row["id"])
+            return row
+
+    def push_claimed(self, claim: Claim, *, cancelled: Callable[[], bool] = lambda: False) -> RowMapping | None:
+        """A worker's unit: push the claimed row and record the answer; None when it was not pushed.
+
+        A row whose lease has run too short (it waited for a free worker) or
+        whose reconciler is stopping is released unpushed, due as it was.
+        """
+        if cancelled() or time.monotonic() > claim.push_by:
+            self._release(claim.kind, claim.row)
+            return None
+        answer = self._push(claim.kind, claim.row)
         with self.database.begin() as db_session:
-            return [
-                record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=False)
-                for row, answer in answers
-            ]
+            return record(
+                db_session=db_session, kind=claim.kind, row=claim.row, answer=answer, retry=self.retry, inline=False
+            )
 
     def _push(self, kind: Kind, row: RowMapping) -> Answer:
+        """Every push, inline or by the reconciler, goes through here: its outcome is known at this point."""
         answer = push(self.client, kind, row)
         count_push(kind.resource.name, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
+        if self.observe is not None:
+            self.observe(answer)
         return answer
 
     def _parent_confirmed(self, row: RowMapping) -> bool:
@@ -276,7 +397,9 @@ class Pusher:
             )
 
     def _release(self, kind: Kind, row: RowMapping) -> RowMapping:
+        """Give the lease back unpushed (only if it is still ours); return the row as it is now."""
         table = kind.resource.table
+        lease = case((table.c.lease_until == row["lease_until"], None), else_=table.c.lease_until)
         with self.database.begin() as db_session:
-            stmt = update(table).where(table.c.id == row["id"]).values(lease_until=None).returning(*table.c)
+            stmt = update(table).where(table.c.id == row["id"]).values(lease_until=lease).returning(*table.c)
             return db_session.execute(stmt).mappings().one()

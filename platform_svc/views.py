@@ -32,6 +32,7 @@ blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and 
 # Long enough for the inline push with its quick retries; if this process dies
 # first, the lease runs out and the reconciler takes over.
 INLINE_LEASE = timedelta(seconds=15)
+NO_LEASE = timedelta(0)
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -61,19 +62,25 @@ def pusher():
 
 
 def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
-    """Commit the new row (with its lease), then push it at once; 200 for a key replay."""
+    """Commit the new row (with its lease), then push it at once; 200 for a key replay.
+
+    While the circuit breaker is open the row is committed without a lease and
+    answered ``pending`` at once: one statement, no call to cluster_svc.
+    """
     key = idempotency_key()
+    pushing = not pusher().holding_off
     with transaction() as db_session:
         row, created = services.create_object(
             db_session=db_session,
             resource=kind.resource,
             values=values,
             idempotency_key=key,
-            lease=INLINE_LEASE,
+            lease=INLINE_LEASE if pushing else NO_LEASE,
         )
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
-    row = pusher().push_now(kind, row)
+    if pushing:
+        row = pusher().push_now(kind, row)  # never raises: the intent is committed
     return row, 201, {"Location": created_location(row["id"])}
 
 

@@ -45,6 +45,28 @@ def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def quiet_on_closed_pipe(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Exit 0 when the reader of our output went away (``| head -1``).
+
+    Whatever the command did before printing is already committed; a closed
+    pipe only means nobody reads the rest. Output is flushed inside the guard,
+    so a pipe found closed at exit is caught too, and stdout is pointed at
+    /dev/null so the interpreter's own last flush cannot fail again.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = func(*args, **kwargs)
+            sys.stdout.flush()
+            return result
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+
+    return wrapper
+
+
 def add_service_commands(
     group: click.Group,
     *,
@@ -186,7 +208,7 @@ def run_migrations_online(metadata: Any) -> None:
     from alembic import context
     from sqlalchemy import create_engine
 
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url"), hide_parameters=True)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata, compare_type=True)
         with context.begin_transaction():

@@ -56,6 +56,15 @@ class Answer:
     def done(self) -> bool:
         return self.outcome is Outcome.DONE
 
+    @property
+    def unavailable(self) -> bool:
+        """cluster_svc itself could not serve the call (down, frozen, overloaded, its database gone).
+
+        A transient 404 (a rule whose cluster is not there yet) is about one
+        object, not about cluster_svc, so it does not count.
+        """
+        return self.outcome is Outcome.TRANSIENT and self.status != 404
+
 
 def classify(operation: Operation, status: int) -> Outcome:
     if status in (200, 201) or (operation is Operation.DELETE and status in (204, 404, 410)):
@@ -79,6 +88,12 @@ class ClientPolicy:
     backoff_jitter: float = 0.2
     retry_after_max: int = 30  # a longer Retry-After is cut to this; the row's own backoff does the rest
     pool_size: int = 10
+
+    def longest_call(self) -> float:
+        """Seconds one call can take at most, all its retries included (a lease must outlast it)."""
+        attempts = self.retries + 1
+        pause = max(self.backoff_max + self.backoff_jitter, self.retry_after_max)
+        return attempts * (self.connect_timeout + self.read_timeout) + self.retries * pause
 
 
 class InternalClient:
@@ -111,6 +126,9 @@ class InternalClient:
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        self._probe_session = requests.Session()  # no Retry mounted: a probe is one attempt
+        self._probe_session.trust_env = False
+        self._probe_session.headers.update(self.session.headers)
 
     def create(self, path: str, body: dict[str, Any]) -> Answer:
         return self.call(Operation.CREATE, "POST", path, body)
@@ -163,8 +181,20 @@ class InternalClient:
             outcome, response.status_code, payload, _reason(f"{method} {path}", response.status_code, payload), operation
         )
 
+    def probe(self, path: str = "/v1/clusters?limit=1", timeout: float = 1.0) -> bool:
+        """Whether cluster_svc serves a cheap authenticated read (its database included) right now.
+
+        One attempt, no retries: the caller asks again in a second anyway.
+        """
+        try:
+            response = self._probe_session.get(self.base_url + path, timeout=(timeout, timeout), allow_redirects=False)
+        except requests.RequestException:
+            return False
+        return 200 <= response.status_code < 300
+
     def close(self) -> None:
         self.session.close()
+        self._probe_session.close()
 
 
 def _is_result(result: Any) -> bool:

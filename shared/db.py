@@ -7,7 +7,7 @@ db_session:``), the pusher, or a CLI command (``with database.begin() as
 db_session:``). The block commits when it ends normally and rolls back when
 it raises. The services speak SQLAlchemy Core (statements, not the ORM unit
 of work), so a Core connection is all they need. A view commits before it
-returns, so a failed commit becomes a 500 rather than a 201 for a row that
+returns, so a failed commit becomes a 503 rather than a 201 for a row that
 was never stored, and a view that answers an error after writing (a DELETE of
 an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
 """
@@ -39,10 +39,13 @@ class Database:
             max_overflow=max_overflow,
             # No pre-ping: it costs a round trip on every checkout, a third of a
             # create's wall time under load. After a PostgreSQL restart the first
-            # use of each dead connection fails (a 500, which every caller
-            # retries: each call is idempotent), and SQLAlchemy then discards
+            # use of each dead connection fails (a 503 with Retry-After, which
+            # every caller may retry: each call is idempotent), and SQLAlchemy then discards
             # the whole stale pool at once.
             pool_recycle=1800,
+            # Errors and logs show the statement but never its values (names,
+            # Idempotency-Keys, anything a client sent).
+            hide_parameters=True,
         )
 
     def begin(self) -> AbstractContextManager[Connection]:

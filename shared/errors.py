@@ -4,6 +4,11 @@ Services raise the typed errors below; :func:`register_error_handlers` maps
 them, HTTP exceptions (routing, body size, webargs validation) and anything
 unexpected to a problem document. An unexpected exception is logged with its
 traceback and answered with a generic 500 that leaks nothing.
+
+A database that cannot be reached (refused, restarted under us, pool
+exhausted) is not a bug: it answers 503 ``unavailable`` with ``Retry-After``
+and logs one line, so an outage of the database does not turn every request
+into a traceback.
 """
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
-from flask import Flask, Response, json
+from flask import Flask, Response, json, request
+from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:problem-type:"
+RETRY_AFTER_SECONDS = 2  # what a 503 for an unreachable database asks the caller to wait
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +160,54 @@ def problem_from_http(error: HTTPException) -> Response:
     return problem(status, code, detail, headers=headers, **extensions)
 
 
+def database_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached or used right now.
+
+    psycopg2's OperationalError covers a refused or dropped connection, a
+    server shutting down, and the transient refusals (deadlock, serialization
+    failure, statement cancelled); a closed connection surfaces as an
+    InterfaceError; SQLAlchemy adds its own for an invalidated connection and
+    an exhausted pool. All of them heal by themselves: a retry is the cure.
+    """
+    if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError)):
+        return True
+    if isinstance(error, sa_exc.TimeoutError):  # no pooled connection free in time
+        return True
+    return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
+
+
+def describe_database_error(error: BaseException) -> str:
+    """One line naming the failure, without the SQL statement or its parameters."""
+    cause = getattr(error, "orig", None) or error
+    first_line = (str(cause).strip().splitlines() or [""])[0][:200]
+    return f"{type(cause).__name__}: {first_line}" if first_line else type(cause).__name__
+
+
+def _request_line() -> str:
+    return f"{request.method} {request.path}" if request else "-"
+
+
+def _database_error(error: sa_exc.SQLAlchemyError) -> Response:
+    if not database_unavailable(error):
+        return _internal_error(error)
+    log.warning("503 %s: database unavailable (%s)", _request_line(), describe_database_error(error))
+    return problem(
+        503,
+        "unavailable",
+        "The database cannot be reached right now; nothing was stored. Try again shortly.",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
 def _internal_error(error: BaseException) -> Response:
-    log.error("unhandled error", exc_info=error)
+    # One record per 5xx naming the request; the traceback is kept for what is
+    # genuinely unexpected (SQL parameters never appear: engines hide them).
+    log.error("500 %s: unhandled %s", _request_line(), type(error).__name__, exc_info=error)
     return problem(500, "internal_error", "The server failed to handle this request; it has been logged.")
 
 
 def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(ProblemError, problem_from)
     app.register_error_handler(HTTPException, problem_from_http)
+    app.register_error_handler(sa_exc.SQLAlchemyError, _database_error)
     app.register_error_handler(Exception, _internal_error)

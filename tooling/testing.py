@@ -90,8 +90,8 @@ class LiveServer:
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
-            except (requests.ConnectionError, requests.Timeout):
-                pass  # not listening yet, or listening while its workers still boot
+            except requests.RequestException:  # not listening yet, or too busy starting to answer
+                pass
             time.sleep(0.05)
         raise TimeoutError(f"{self.argv[0]} did not become healthy on port {self.port}")
 

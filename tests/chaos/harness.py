@@ -38,6 +38,9 @@ from tooling.testing import LiveServer, console_script, free_port
 from tests.chaos.convergence import Comparison, Figures, compare, install_audit, read_audit
 
 TOKEN = "chaos-internal-token"
+# platform_svc's inline breaker probes a recovered cluster_svc after this long
+# (5 s by default); short, so that inline pushes resume soon after each outage.
+BREAKER_COOL_DOWN = 1
 # platform_svc's inline push waits 1 s for an answer; a delayed request waits longer.
 DELAY_BEYOND_INLINE_TIMEOUT = 1.5
 
@@ -53,12 +56,21 @@ class Scale:
     backlog: int  # scenario 5: clusters waiting (a firewall rule on every fourth)
     reconcilers: int  # scenario 5: reconciler processes at once
     fuzz_examples: int  # scenario 6: generated requests per operation and mode
+    outage_seconds: float  # scenario 7: how long cluster_svc stays down
+    outage_writes: int  # scenario 7: public writes during it
+    restart_burst: int  # scenario 8: public creates while platform's PostgreSQL restarts
     threads: int = 8  # public clients at once
 
 
 SCALES = {
-    "ci": Scale("ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10),
-    "full": Scale("full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60),
+    "ci": Scale(
+        "ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10,
+        outage_seconds=6, outage_writes=40, restart_burst=40,
+    ),
+    "full": Scale(
+        "full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60,
+        outage_seconds=120, outage_writes=1000, restart_burst=300,
+    ),
 }
 
 
@@ -291,6 +303,7 @@ class Pair:
             "PLATFORM_DATABASE_URL": self.platform_db_url,
             "CLUSTER_SVC_URL": self.proxy.url,
             "INTERNAL_TOKEN": TOKEN,
+            "INLINE_BREAKER_COOL_DOWN_SECONDS": str(BREAKER_COOL_DOWN),
         }
 
     def _cluster_service(self, port: int) -> Service:

@@ -10,6 +10,7 @@ reconciler, both databases agree exactly.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -46,6 +47,25 @@ def pair(pg_server_url, cluster_pg, tmp_path_factory):
         pair.stop()
 
 
+class Gate:
+    """Lets through as many calls as it was allowed so far."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.allotted = 0
+        self._entered = 0
+
+    def enter(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._entered < self.allotted)
+            self._entered += 1
+
+    def allow(self, calls: int) -> None:
+        with self._changed:
+            self.allotted += calls
+            self._changed.notify_all()
+
+
 def pending(outcome) -> bool:
     """A public create that answered 201 with the push still to do."""
     return isinstance(outcome, dict) and outcome["sync_state"] == "pending"
@@ -62,26 +82,47 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     api = pair.account("crashes")
     mark = pair.mark()
     total = scale.burst
-    burst = Burst([partial(api.create_cluster, cluster_body(rng, i)) for i in range(total)], threads=6).start()
+    # While an inline breaker is open (or probing) creates answer at once, so
+    # the burst goes in allotments: a share of it between outages, exactly
+    # OUTAGE_CREATES during each (all answered "pending"). It cannot run out
+    # before the last outage, however fast the answers come.
+    gate = Gate()
 
-    # Each outage lasts until OUTAGE_CREATES more creates were answered "pending".
-    burst.wait_finished(total * 2 // 10)
+    def create(body):
+        gate.enter()
+        return api.create_cluster(body)
+
+    def run_to(share: float) -> None:
+        """Let the burst run until ``share`` of it has finished."""
+        gate.allow(max(0, int(total * share) - gate.allotted))
+        burst.wait_finished(int(total * share))
+
+    def outage_seen() -> None:
+        """OUTAGE_CREATES more creates, answered "pending" during the outage."""
+        seen = burst.count(pending)
+        gate.allow(OUTAGE_CREATES)
+        burst.wait_until(pending, seen + OUTAGE_CREATES)
+
+    burst = Burst([partial(create, cluster_body(rng, i)) for i in range(total)], threads=6).start()
+
+    run_to(0.2)
     pair.kill_cluster_svc()
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     pair.restart_cluster_svc()
 
-    burst.wait_finished(total * 45 // 100)
+    run_to(0.45)
     pg_down = time.monotonic()
     embedded_pg.stop(cluster_pg)
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     restart_postgres(cluster_pg)
     pg_up = time.monotonic()
     pair.events["restart cluster_svc postgres"] += 1
 
-    burst.wait_finished(total * 7 // 10)
+    run_to(0.7)
     pair.kill_cluster_svc()
-    burst.wait_until(pending, burst.count(pending) + OUTAGE_CREATES)
+    outage_seen()
     pair.restart_cluster_svc()
+    gate.allow(total)
     created = burst.results()
     assert not [c for c in created if isinstance(c, BaseException)]
     left_pending = sum(map(pending, created))
@@ -99,7 +140,9 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     never_forwarded.drop()
     forwarded_late.release()
     late = forwarded_late.wait_done(timeout=30)
-    assert [e.status for e in late][:1] == [201] and not any(e.delivered for e in late)
+    assert [e.status for e in late][:1] == [201] and not any(e.delivered for e in late), [
+        (e.seq, e.status, e.delivered, e.received, e.finished) for e in late
+    ]
     pair.restart_platform()
 
     pair.converge(deadline=120)  # the inline pushes' leases run out first

@@ -63,8 +63,11 @@ def app(platform_db_url, cluster_svc):
 @pytest.fixture(scope="session")
 def unreachable_app(platform_db_url):
     """The same platform, but cluster_svc cannot be reached (nothing listens there):
-    every inline push fails transiently and leaves its row pending."""
+    every inline push fails transiently and leaves its row pending. Its circuit
+    breaker is taken out so that every inline push is really tried (the
+    breaker has tests of its own)."""
     app = _app(platform_db_url, f"http://127.0.0.1:{free_port()}")
+    app.extensions["pusher"].breaker = None
     yield app
     _dispose(app)
 

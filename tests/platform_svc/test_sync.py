@@ -11,13 +11,14 @@ import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 import requests
 from sqlalchemy import text
 
 from platform_svc import services
-from platform_svc.reconciler import count_failed, reconcile_once
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, Pusher, RetryPolicy, claim_due, requeue_failed
-from shared.client import ClientPolicy, InternalClient
+from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
+from platform_svc.sync import CLUSTER, FIREWALL_RULE, Claim, Pusher, RetryPolicy, claim_due, requeue_failed
+from shared.client import Answer, ClientPolicy, InternalClient, Outcome
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
@@ -42,6 +43,11 @@ def claim_one(database, kind, object_id):
         return services.claim(
             db_session=db_session, resource=kind.resource, object_id=object_id, lease=timedelta(seconds=60)
         )
+
+
+def push_claimed(pusher, kind, row, *, push_by=None):
+    """What a reconciler's worker does with one claimed row."""
+    return pusher.push_claimed(Claim(kind, row, time.monotonic() + 60 if push_by is None else push_by))
 
 
 # Inline ------------------------------------------------------------------------
@@ -151,19 +157,20 @@ def test_the_reconciler_creates_what_the_inline_push_could_not(offline_client, l
         assert (downstream["team_id"], downstream["name"], downstream["generation"]) == (account[0], cluster["name"], 1)
 
 
-def test_a_pusher_out_of_lease_time_leaves_the_rest_of_its_batch_alone(
+def test_a_claimed_row_whose_lease_ran_short_is_released_unpushed(
     offline_client, platform_database, platform_engine, live_pusher, downstream_engine
 ):
-    """Rows a pusher did not reach before its lease ran short are not pushed by it
-    (another pusher may own them by then); they stay leased, then due again."""
+    """A row that waited too long for a free worker is not pushed by it (its
+    lease might run out mid-push); it is handed back, due as it was."""
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
     row = claim_one(platform_database, CLUSTER, created["id"])
 
-    assert live_pusher.push_many(CLUSTER, [row], deadline=time.monotonic() - 1) == []
+    assert push_claimed(live_pusher, CLUSTER, row, push_by=time.monotonic() - 1) is None
 
     assert db_row(downstream_engine, "clusters", created["id"]) is None
     stored = db_row(platform_engine, "clusters", created["id"])
-    assert (stored["sync_state"], stored["lease_until"] is not None) == ("pending", True)
+    assert (stored["sync_state"], stored["lease_until"], stored["attempts"]) == ("pending", None, 0)
+    assert created["id"] in claimed_ids(platform_database, CLUSTER)
 
 
 def test_updates_made_while_unreachable_reach_cluster_svc_at_the_newest_generation(
@@ -271,6 +278,65 @@ def test_an_id_conflict_downstream_marks_the_row_failed_and_is_not_retried(
     assert db_row(downstream_engine, "clusters", created["id"])["region"] == "us-east-1"  # nothing overwritten
 
 
+def test_a_delete_refused_for_good_is_failed_not_retried_in_a_loop(
+    offline_client, platform_database, platform_engine, refusing_pusher
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
+    reconcile_once(refusing_pusher)
+
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert stored["sync_state"] == "failed"
+    assert "DELETE" in stored["sync_error"] and "422" in stored["sync_error"]
+
+
+def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
+    offline_client, platform_database, platform_engine, live_pusher, downstream_engine, dead_pusher
+):
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    row = claim_one(platform_database, CLUSTER, created["id"])
+
+    pusher = dead_pusher(RetryPolicy(base_delay=60, max_delay=60))
+    after = push_claimed(pusher, CLUSTER, row)
+
+    assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 1, None)
+    assert "connection failed" in after["sync_error"]
+    if due_now(platform_engine, "clusters", created["id"]):  # full jitter: 0 s is a possible backoff
+        with platform_engine.begin() as conn:
+            conn.execute(
+                text("UPDATE clusters SET next_attempt_at = now() + interval '60 seconds' WHERE id = :id"),
+                {"id": created["id"]},
+            )
+    reconcile_once(live_pusher)
+    assert db_row(downstream_engine, "clusters", created["id"]) is None  # waits out its backoff
+
+    with platform_engine.begin() as conn:
+        conn.execute(text("UPDATE clusters SET next_attempt_at = now() WHERE id = :id"), {"id": created["id"]})
+    reconcile_once(live_pusher)
+
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert (stored["sync_state"], stored["attempts"], stored["sync_error"]) == ("synced", 0, None)
+    assert db_row(downstream_engine, "clusters", created["id"]) is not None
+
+
+def test_transient_failures_never_make_a_row_failed(offline_client, platform_database, platform_engine, dead_pusher):
+    """Far past the old budget of 8 attempts: still pending, its backoff capped."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    pusher = dead_pusher(RetryPolicy(base_delay=0.01, max_delay=0.05))
+
+    for _ in range(30):
+        after = push_claimed(pusher, CLUSTER, claim_one(platform_database, CLUSTER, created["id"]))
+        assert after["sync_state"] == "pending"
+
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert (stored["sync_state"], stored["attempts"], stored["sync_failed_at"]) == ("pending", 30, None)
+    assert "connection failed" in stored["sync_error"]
+    with platform_engine.connect() as conn:
+        wait = conn.execute(text("SELECT next_attempt_at - now() FROM clusters WHERE id = :id"), {"id": created["id"]})
+        assert wait.scalar() <= timedelta(seconds=0.05)
+    assert offline_client.get(f"/v1/clusters/{created['id']}").get_json()["sync_state"] == "pending"
+
+
 class _Refuses(BaseHTTPRequestHandler):
     """A downstream that refuses every call with a permanent 422."""
 
@@ -289,63 +355,22 @@ class _Refuses(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_delete_refused_for_good_is_failed_not_retried_in_a_loop(offline_client, platform_database, platform_engine):
-    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
+@pytest.fixture
+def refusing_pusher(platform_database):
+    """A pusher whose downstream answers every call with a permanent 422."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = InternalClient(f"http://127.0.0.1:{server.server_port}", TOKEN, ClientPolicy(retries=0))
-    try:
-        reconcile_once(Pusher(platform_database, client))
-    finally:
-        client.close()
-        server.shutdown()
-        server.server_close()
-
-    stored = db_row(platform_engine, "clusters", created["id"])
-    assert stored["sync_state"] == "failed"
-    assert "DELETE" in stored["sync_error"] and "422" in stored["sync_error"]
+    yield Pusher(platform_database, client)
+    client.close()
+    server.shutdown()
+    server.server_close()
 
 
-def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
-    offline_client, platform_database, platform_engine, live_pusher, downstream_engine, dead_pusher
-):
-    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    row = claim_one(platform_database, CLUSTER, created["id"])
-
-    pusher = dead_pusher(RetryPolicy(base_delay=60, max_delay=60))
-    [after] = pusher.push_many(CLUSTER, [row])
-
-    assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 1, None)
-    assert "connection failed" in after["sync_error"]
-    assert not due_now(platform_engine, "clusters", created["id"])
-    reconcile_once(live_pusher)
-    assert db_row(downstream_engine, "clusters", created["id"]) is None  # waits out its backoff
-
-    with platform_engine.begin() as conn:
-        conn.execute(text("UPDATE clusters SET next_attempt_at = now() WHERE id = :id"), {"id": created["id"]})
-    reconcile_once(live_pusher)
-
-    stored = db_row(platform_engine, "clusters", created["id"])
-    assert (stored["sync_state"], stored["attempts"], stored["sync_error"]) == ("synced", 0, None)
-    assert db_row(downstream_engine, "clusters", created["id"]) is not None
-
-
-def test_the_reconciler_gives_up_after_its_attempts(offline_client, platform_database, dead_pusher):
-    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    row = claim_one(platform_database, CLUSTER, created["id"])
-
-    [after] = dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row])
-
-    assert after["sync_state"] == "failed"
-    assert after["sync_error"].startswith("gave up after 1 attempts")
-    assert offline_client.get(f"/v1/clusters/{created['id']}").get_json()["sync_state"] == "failed"
-
-
-def give_up_on(platform_database, dead_pusher, object_id):
-    """The reconciler's last attempt fails: the row is failed."""
+def fail_permanently(platform_database, refusing_pusher, object_id):
+    """Downstream refuses the row for good: it is failed."""
     row = claim_one(platform_database, CLUSTER, object_id)
-    dead_pusher(RetryPolicy(max_attempts=1)).push_many(CLUSTER, [row])
+    assert push_claimed(refusing_pusher, CLUSTER, row)["sync_state"] == "failed"
 
 
 def requeue(platform_database):
@@ -354,13 +379,13 @@ def requeue(platform_database):
 
 
 def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
-    client, offline_client, platform_database, downstream_engine, dead_pusher, live_pusher
+    client, offline_client, platform_database, downstream_engine, refusing_pusher, live_pusher
 ):
     """A failed row is an operator's business: a later public write records the
     new intent but does not push it (after an id_conflict that could change
     another object); once requeued, the reconciler brings it to the newest state."""
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    give_up_on(platform_database, dead_pusher, created["id"])
+    fail_permanently(platform_database, refusing_pusher, created["id"])
 
     response = client.patch(f"/v1/clusters/{created['id']}", json={"plan": "memory-8"})
 
@@ -378,10 +403,10 @@ def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
 
 
 def test_a_delete_of_a_failed_cluster_answers_202_then_converges_once_requeued(
-    client, offline_client, platform_database, downstream_engine, dead_pusher, live_pusher
+    client, offline_client, platform_database, downstream_engine, refusing_pusher, live_pusher
 ):
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    give_up_on(platform_database, dead_pusher, created["id"])
+    fail_permanently(platform_database, refusing_pusher, created["id"])
 
     response = client.delete(f"/v1/clusters/{created['id']}")
 
@@ -399,8 +424,12 @@ def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_back
     """The user's newest change must not wait out the backoff an older failure set."""
     offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "hobby-0"})  # pending, due
     row = claim_one(platform_database, CLUSTER, cluster["id"])
-    dead_pusher(RetryPolicy(base_delay=300, max_delay=300)).push_many(CLUSTER, [row])
-    assert not due_now(platform_engine, "clusters", cluster["id"])
+    push_claimed(dead_pusher(RetryPolicy(base_delay=300, max_delay=300)), CLUSTER, row)
+    with platform_engine.begin() as conn:  # a long backoff (full jitter could have drawn a short one)
+        conn.execute(
+            text("UPDATE clusters SET next_attempt_at = now() + interval '300 seconds' WHERE id = :id"),
+            {"id": cluster["id"]},
+        )
 
     response = offline_client.patch(f"/v1/clusters/{cluster['id']}", json={"plan": "memory-8"})
 
@@ -408,3 +437,59 @@ def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_back
     assert due_now(platform_engine, "clusters", cluster["id"])
     reconcile_once(live_pusher)
     assert offline_client.get(f"/v1/clusters/{cluster['id']}").get_json()["sync_state"] == "synced"
+
+
+# Noticing recovery ---------------------------------------------------------------
+
+
+def backed_off(offline_client, platform_database, platform_engine, dead_pusher):
+    """A cluster whose push failed, now waiting on a long backoff."""
+    created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    push_claimed(dead_pusher(RetryPolicy()), CLUSTER, claim_one(platform_database, CLUSTER, created["id"]))
+    with platform_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE clusters SET attempts = 12, next_attempt_at = now() + interval '280 seconds' WHERE id = :id"),
+            {"id": created["id"]},
+        )
+    return created["id"]
+
+
+def test_a_probe_that_cluster_svc_serves_makes_rows_in_backoff_due_at_once(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher
+):
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+
+    assert RecoveryWatch(dead_pusher(RetryPolicy()), suspect=True).check() == 0  # still down: nothing woken
+    assert not due_now(platform_engine, "clusters", object_id)
+    assert RecoveryWatch(live_pusher, suspect=False).check() == 0  # no outage suspected: no probe
+    assert not due_now(platform_engine, "clusters", object_id)
+
+    assert RecoveryWatch(live_pusher, suspect=True).check() >= 1
+
+    assert due_now(platform_engine, "clusters", object_id)
+    assert db_row(platform_engine, "clusters", object_id)["attempts"] == 12  # kept until it is confirmed
+    reconcile_once(live_pusher)
+    assert db_row(platform_engine, "clusters", object_id)["sync_state"] == "synced"
+
+
+def test_a_push_served_after_consecutive_failures_wakes_rows_in_backoff(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher
+):
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+    watch = RecoveryWatch(live_pusher, suspect=False)
+    failed = Answer(Outcome.TRANSIENT, None, None, "POST /v1/clusters: connection failed")
+    served = Answer(Outcome.DONE, 201, {}, "POST /v1/clusters: 201")
+    parent_missing = Answer(Outcome.TRANSIENT, 404, {}, "POST /v1/clusters/x/firewall-rules: 404")
+
+    # Failures with served calls between them: one row's trouble, not an outage
+    # (a transient 404 is cluster_svc answering about one object).
+    for answer in (failed, failed, served, failed, failed, parent_missing, failed, served):
+        watch.observe(answer)
+    assert not due_now(platform_engine, "clusters", object_id)
+    for _ in range(3):
+        watch.observe(failed)
+    assert not due_now(platform_engine, "clusters", object_id)
+
+    watch.observe(served)
+
+    assert due_now(platform_engine, "clusters", object_id)

@@ -1,0 +1,307 @@
+"""Hands-free convergence with real processes and real faults: outages far past
+any retry budget, recovery noticed at once, a push held past its lease, objects
+lost downstream, the inline circuit breaker, and what sync-status tells."""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import text
+
+from tooling.faultproxy import FaultProxy
+from tooling.testing import console_script
+from tests.e2e.conftest import cluster_body
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(interval)
+
+
+@contextmanager
+def reconciler(pair, *args: str, env: dict[str, str] | None = None):
+    """``platform-svc reconcile ARGS`` running until the block ends (stopped with SIGTERM)."""
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would block its logging
+        process = subprocess.Popen(
+            [console_script("platform-svc"), "reconcile", *args],
+            env={**os.environ, **pair.platform_env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield process
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+            assert process.returncode == 0, output[-5000:]
+
+
+def states(pair, table: str = "clusters") -> dict[str, str]:
+    return {object_id: row["sync_state"] for object_id, row in pair.platform_rows(table).items()}
+
+
+def all_synced(pair) -> bool:
+    return all(state == "synced" for table in ("clusters", "firewall_rules") for state in states(pair, table).values())
+
+
+def create_pending(pair, count: int, prefix: str = "db") -> list[str]:
+    ids = []
+    for n in range(count):
+        response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"{prefix}-{n}"))
+        assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+# Transient failures never end a row ---------------------------------------------------------
+
+
+def test_an_outage_far_past_any_budget_fails_nothing_and_everything_syncs_after_it(pair):
+    kept = pair.api("POST", "/v1/clusters", json=cluster_body(name="kept")).json()
+    pair.stop_cluster_svc()
+    created = create_pending(pair, 5)
+    patched = pair.api("PATCH", f"/v1/clusters/{kept['id']}", json={"plan": "memory-8"})
+    deleted = pair.api("DELETE", f"/v1/clusters/{created[0]}")
+    assert (patched.status_code, deleted.status_code) == (200, 202)
+
+    with reconciler(pair, "--max-backoff", "0.2", "--concurrency", "4"):
+        # Dozens of attempts per row (the old budget gave up after 8), all transient.
+        wait_for(
+            lambda: min(row["attempts"] for row in pair.platform_rows("clusters").values()) >= 24,
+            timeout=60,
+            what="24 attempts on every row",
+        )
+        rows = pair.platform_rows("clusters").values()
+        assert {row["sync_state"] for row in rows} == {"pending"}
+        assert all("connection failed" in row["sync_error"] for row in rows)
+        status = pair.cli("sync-status")
+        assert "clusters: 0 synced, 6 pending, 0 failed" in status.stdout, status.stdout
+
+        pair.restart_cluster_svc()
+        wait_for(lambda: all_synced(pair), timeout=20, what="every row synced after the recovery")
+
+    pair.assert_downstream_matches()
+    assert {row["attempts"] for row in pair.platform_rows("clusters").values()} == {0}
+    downstream = pair.cluster_svc_rows("clusters")
+    assert downstream[kept["id"]]["plan"] == "memory-8"
+    assert downstream[created[0]]["deleted_at"] is not None
+
+
+def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_end(pair):
+    """With the default backoff (cap 300 s). The reconciler meets the outage for
+    real (its pushes fail, so it suspects an outage); the rows' backoffs are then
+    set to what a half-hour outage leaves (attempts 12, next try in 4-5 minutes),
+    since a test cannot wait that long. The recovery itself is real."""
+    pair.stop_cluster_svc()
+    created = create_pending(pair, 12)
+    with reconciler(pair) as process:
+        wait_for(
+            lambda: all(row["attempts"] >= 3 for row in pair.platform_rows("clusters").values()),
+            timeout=60,
+            what="three failed pushes of every row",
+        )
+        with pair.platform_engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE clusters SET attempts = 12,"
+                    " next_attempt_at = now() + interval '240 seconds' + random() * interval '60 seconds'"
+                )
+            )
+        assert set(states(pair).values()) == {"pending"}
+        assert process.poll() is None
+
+        pair.restart_cluster_svc()
+        recovered = time.monotonic()
+        wait_for(lambda: all_synced(pair), timeout=30, what="every row synced after the recovery")
+        drained_in = time.monotonic() - recovered
+
+    assert drained_in < 10, f"{drained_in:.1f} s from recovery to all synced"
+    assert set(pair.cluster_svc_rows("clusters")) == set(created)
+    pair.assert_downstream_matches()
+
+
+# A slow push holds only its own row ----------------------------------------------------------
+
+
+def test_a_push_held_past_its_lease_delays_no_other_row(pair):
+    pair.stop_cluster_svc()
+    held_id, *others = create_pending(pair, 21)
+    pair.restart_cluster_svc()
+
+    with FaultProxy(pair.cluster_svc.url) as proxy:
+        hold = proxy.hold(method="POST", object_id=held_id)
+        # --push-timeout 0.5: one push lasts at most 5 s, so a row's lease is 10 s.
+        env = {"CLUSTER_SVC_URL": proxy.url}
+        with reconciler(pair, "--concurrency", "4", "--push-timeout", "0.5", env=env):
+            hold.wait_held(timeout=30)
+            held_since = time.monotonic()
+            wait_for(
+                lambda: all(states(pair)[object_id] == "synced" for object_id in others),
+                timeout=15,
+                what="the other rows synced while one push is held",
+            )
+            others_done_in = time.monotonic() - held_since
+            # Keep it held for longer than its lease; its row is still not synced.
+            wait_for(lambda: time.monotonic() - held_since > 12, timeout=20, what="the hold outlasting the lease")
+            assert states(pair)[held_id] == "pending"
+            assert pair.platform_rows("clusters")[held_id]["attempts"] >= 1  # timed out, retried, held again
+            hold.release()
+            wait_for(lambda: states(pair)[held_id] == "synced", timeout=30, what="the held row synced after release")
+
+    assert others_done_in < 10, f"the other rows waited {others_done_in:.1f} s"
+    assert set(pair.cluster_svc_rows("clusters")) == {held_id, *others}
+    pair.assert_downstream_matches()
+
+
+# Downstream lost it: push it again -----------------------------------------------------------
+
+
+def test_a_patch_of_a_cluster_lost_downstream_re_creates_it_and_ends_synced(pair):
+    cluster = pair.api("POST", "/v1/clusters", json=cluster_body(name="lost")).json()
+    rule = pair.api("POST", f"/v1/clusters/{cluster['id']}/firewall-rules", json={"cidr": "10.2.0.0/16"}).json()
+    doomed = pair.api("POST", "/v1/clusters", json=cluster_body(name="lost-and-deleted")).json()
+    assert {cluster["sync_state"], rule["sync_state"], doomed["sync_state"]} == {"synced"}
+    with pair.cluster_engine.begin() as conn:  # restored from a backup that predates them
+        conn.execute(text("DELETE FROM firewall_rules"))
+        conn.execute(text("DELETE FROM clusters"))
+
+    patched = pair.api("PATCH", f"/v1/clusters/{cluster['id']}", json={"plan": "memory-8", "name": "found"})
+    rule_patched = pair.api(
+        "PATCH", f"/v1/clusters/{cluster['id']}/firewall-rules/{rule['id']}", json={"description": "back"}
+    )
+    deleted = pair.api("DELETE", f"/v1/clusters/{doomed['id']}")
+
+    assert (patched.status_code, patched.json()["sync_state"], patched.json()["generation"]) == (200, "synced", 2)
+    assert (rule_patched.status_code, rule_patched.json()["sync_state"]) == (200, "synced")
+    assert deleted.status_code == 204  # a delete answered 404 downstream is done
+    downstream = pair.cluster_svc_rows("clusters")[cluster["id"]]
+    assert (downstream["generation"], downstream["plan"], downstream["name"]) == (2, "memory-8", "found")
+    assert str(downstream["team_id"]) == pair.account_id
+    pair.assert_downstream_matches()
+
+
+# The inline circuit breaker ------------------------------------------------------------------
+
+
+def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_never_wait(pair):
+    frozen = pair.cluster_svc.process.pid
+    os.killpg(frozen, signal.SIGSTOP)
+    try:
+
+        def create(n):
+            started = time.monotonic()
+            response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
+            assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
+            return time.monotonic() - started
+
+        def get_list(_):
+            started = time.monotonic()
+            assert pair.api("GET", "/v1/clusters?limit=5").status_code == 200
+            return time.monotonic() - started
+
+        # Until every worker's breaker has seen its failures, creates wait on the
+        # frozen service (about 3 s each); then a whole round answers at once.
+        with ThreadPoolExecutor(8) as pool:
+            for round_ in range(8):
+                if max(pool.map(create, range(round_ * 8, round_ * 8 + 8))) < 0.5:
+                    break
+            else:
+                pytest.fail("the breaker never opened")
+
+            started = time.monotonic()
+            create_times = list(pool.map(create, range(100, 140)))
+            get_times = list(pool.map(get_list, range(40)))
+            elapsed = time.monotonic() - started
+    finally:
+        os.killpg(frozen, signal.SIGCONT)
+
+    # One request per worker and cool-down (5 s) may probe the frozen service.
+    probes = 2 * (int(elapsed / 5) + 1)
+    assert statistics.median(create_times) < 0.2, create_times
+    assert sum(t > 0.5 for t in create_times) <= probes, create_times
+    assert max(get_times) < 0.5, get_times
+    assert pair.cli("reconcile", "--once").returncode == 0
+    pair.assert_downstream_matches()
+
+
+# What sync-status tells ----------------------------------------------------------------------
+
+
+def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(pair):
+    pair.stop_cluster_svc()
+    stalled, fresh, failed = create_pending(pair, 3)
+    with pair.platform_engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE clusters SET updated_at = now() - interval '42 minutes', attempts = 17,"
+                " sync_error = 'POST /v1/clusters: connection failed' WHERE id = :id"
+            ),
+            {"id": stalled},
+        )
+        conn.execute(
+            text("UPDATE clusters SET sync_failed_at = now(), sync_error = 'POST /v1/clusters: 422' WHERE id = :id"),
+            {"id": failed},
+        )
+
+    status = pair.cli("sync-status")
+
+    assert status.returncode == 0, status.stderr
+    assert "clusters: 0 synced, 2 pending, 1 failed, 1 stalled; oldest pending 42m" in status.stdout, status.stdout
+    [line] = [line for line in status.stdout.splitlines() if stalled in line]
+    assert line.strip().startswith(f"stalled {stalled} pending 42m")
+    assert "17 attempts" in line and "connection failed" in line
+    assert fresh not in status.stdout
+    assert any(failed in line and "failed" in line and "422" in line for line in status.stdout.splitlines())
+
+    # A threshold of a day: nothing is stalled.
+    relaxed = pair.cli("sync-status", env={"SYNC_STALLED_AFTER_SECONDS": "86400"})
+    assert "0 stalled" in relaxed.stdout and stalled not in relaxed.stdout
+
+
+@pytest.mark.parametrize("reader", ["closed", "head"])
+def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(pair, reader):
+    pair.stop_cluster_svc()
+    failed = create_pending(pair, 1)[0]
+    with pair.platform_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE clusters SET sync_failed_at = now(), sync_error = 'POST /v1/clusters: 422' WHERE id = :id"),
+            {"id": failed},
+        )
+    argv = [console_script("platform-svc"), "sync-status", "--retry-failed"]
+    env = {**os.environ, **pair.platform_env}
+
+    if reader == "closed":  # nobody reads at all: every write meets a closed pipe
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            result = subprocess.run(argv, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+        finally:
+            os.close(write_end)
+        returncode, stderr = result.returncode, result.stderr
+    else:  # as an operator types it
+        result = subprocess.run(
+            ["bash", "-c", 'set -o pipefail; "$0" sync-status --retry-failed | head -1', argv[0]],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+        returncode, stderr = result.returncode, result.stderr
+        assert result.stdout == "clusters: 1 failed rows put back in line\n"
+
+    assert returncode == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+    row = pair.platform_rows("clusters")[failed]
+    assert (row["sync_state"], row["attempts"], row["sync_failed_at"]) == ("pending", 0, None)

@@ -1,0 +1,154 @@
+"""platform's own PostgreSQL stopped under public traffic (a server of this
+module's own, so it can really be stopped and started again).
+
+- A create whose intent is committed is never answered 5xx: its push is held
+  in the fault proxy while the database goes away, then released; recording
+  the outcome fails, and the answer is 201 ``pending``.
+- Everything else meets 503 ``unavailable`` with Retry-After, never a 500, and
+  a client retrying with its Idempotency-Key ends with exactly one object.
+"""
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tooling import embedded_pg
+from tooling.faultproxy import FaultProxy
+from tooling.testing import LiveServer, console_script, fresh_database
+from tests.e2e.conftest import Pair, cluster_body
+
+
+@pytest.fixture(scope="module")
+def platform_pg():
+    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgp")))  # short: it holds a Unix socket
+    yield server
+    embedded_pg.stop(server, delete=True)
+
+
+@pytest.fixture
+def pair(pg_server_url, platform_pg):
+    """The pair, platform_svc on its own PostgreSQL and calling cluster_svc through a fault proxy."""
+    pair = Pair(
+        fresh_database(pg_server_url, "e2e_cluster", migrations=CLUSTER_MIGRATIONS),
+        fresh_database(embedded_pg.admin_url(platform_pg), "e2e_platform", migrations=PLATFORM_MIGRATIONS),
+    )
+    proxy = FaultProxy(pair.cluster_svc.url).start()
+    pair.proxy = proxy
+    pair.platform_env["CLUSTER_SVC_URL"] = proxy.url
+    pair.platform_svc = LiveServer(
+        [console_script("platform-svc"), "serve", "--workers", "2", "--threads", "8"], pair.platform_env
+    )
+    # The test's own reads must survive the restart.
+    pair.platform_engine = create_engine(pair.platform_db_url, poolclass=NullPool)
+    try:
+        pair.start()
+        yield pair
+    finally:
+        proxy.stop()
+        pair.close()
+        platform_pg.ensure_postgres_running()  # for the next test, whatever happened
+
+
+def restart(server) -> None:
+    server.ensure_postgres_running()
+
+
+def test_platform_database_stopped_under_traffic_answers_503_never_500_and_loses_nothing(pair, platform_pg):
+    answers: dict[str, list[requests.Response | None]] = defaultdict(list)  # by Idempotency-Key
+    lock = threading.Lock()
+
+    def create(key: str, name: str, *, retry: bool = True) -> requests.Response | None:
+        """POST with an Idempotency-Key, retried (after Retry-After, shortened) until it is not a 5xx."""
+        while True:
+            try:
+                response = pair.api("POST", "/v1/clusters", json=cluster_body(name=name), headers={"Idempotency-Key": key})
+            except requests.ConnectionError:
+                response = None
+            with lock:
+                answers[key].append(response)
+            if not retry or (response is not None and response.status_code < 500):
+                return response
+            time.sleep(0.2 if response is None else min(float(response.headers["Retry-After"]), 0.3))
+
+    # 1. Two creates committed, their pushes held; the database goes away; the pushes go through.
+    first, second = (pair.proxy.hold(method="POST", path="/v1/clusters") for _ in range(2))
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(create, f"held-{n}", f"held-{n}", retry=False) for n in range(2)]
+        requests_held = [first.wait_held(timeout=30), second.wait_held(timeout=30)]
+        for request in requests_held:  # the intent is committed before the push
+            assert pair.platform_rows("clusters")[request.object_id]["synced_generation"] == 0
+        embedded_pg.stop(platform_pg)
+        first.release()
+        second.release()
+        held_answers = [future.result(timeout=60) for future in held]
+
+    for response in held_answers:
+        assert response.status_code == 201, response.text
+        assert response.json()["sync_state"] == "pending"
+    assert {e.status for e in first.wait_done(30) + second.wait_done(30)} <= {200, 201}
+
+    # 2. Public traffic while the database is down, then after it is back.
+    stop_reads = threading.Event()
+    reads: list[int] = []
+
+    def read_loop():
+        while not stop_reads.is_set():
+            try:
+                response = pair.api("GET", "/v1/clusters?limit=5")
+            except requests.ConnectionError:
+                continue
+            reads.append(response.status_code)
+            if response.status_code >= 500:
+                assert response.headers["Retry-After"] and response.json()["code"] == "unavailable"
+            time.sleep(0.05)
+
+    with ThreadPoolExecutor(6) as pool:
+        reader = pool.submit(read_loop)
+        creates = [pool.submit(create, f"key-{n}", f"db-{n}") for n in range(24)]
+        wait_until = time.monotonic() + 30
+        while sum(1 for key in list(answers) if key.startswith("key-")) < 12 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        time.sleep(1.0)  # an outage of at least a second of traffic
+        restart(platform_pg)
+        finals = [future.result(timeout=120) for future in creates]
+        stop_reads.set()
+        reader.result(timeout=30)
+
+    every = [r for responses in answers.values() for r in responses if r is not None] + held_answers
+    statuses = [r.status_code for r in every] + reads
+    assert 500 not in statuses
+    server_errors = [r for r in every if r.status_code >= 500]
+    assert server_errors, "the database outage was not seen by any request"
+    for response in server_errors:
+        assert response.status_code == 503
+        assert response.headers["Content-Type"] == "application/problem+json"
+        assert response.json()["code"] == "unavailable"
+        assert int(response.headers["Retry-After"]) >= 1
+    assert all(r.status_code in (200, 201) for r in finals)
+    # A 5xx only when nothing was committed: the first answer that is not a 5xx
+    # is the 201 that created it, never the replay of an earlier, committed try.
+    for key, responses in answers.items():
+        settled = [r for r in responses if r is not None and r.status_code < 500]
+        if any(r is None for r in responses):  # a connection cut mid-request: unknown
+            continue
+        assert settled[0].status_code == 201, (key, [r.status_code for r in responses if r is not None])
+
+    # One object per key, pushed down exactly once each.
+    with pair.platform_engine.connect() as conn:
+        per_key = dict(conn.execute(text("SELECT idempotency_key, count(*) FROM clusters GROUP BY 1")).all())
+    assert per_key == {key: 1 for key in answers}
+    assert pair.cli("reconcile", "--once").returncode == 0
+    pair.assert_downstream_matches()
+    assert len(pair.cluster_svc_rows("clusters")) == len(answers)
