@@ -33,9 +33,20 @@ def postgres_server() -> Iterator[str]:
     if given:
         yield given.replace("postgresql://", "postgresql+psycopg2://", 1)
         return
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgt")))
-    try:
+    with own_postgres("pgt") as server:
         yield embedded_pg.admin_url(server)
+
+
+@contextmanager
+def own_postgres(prefix: str = "pgo") -> Iterator[Any]:
+    """An embedded PostgreSQL server of the caller's own, deleted afterwards.
+
+    For tests that stop, restart, dump or restore the database under a
+    service without touching the server every other test shares.
+    """
+    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix=prefix)))  # a short path: it holds a Unix socket
+    try:
+        yield server
     finally:
         embedded_pg.stop(server, delete=True)
 

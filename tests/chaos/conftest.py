@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tooling.testing import fresh_database
+from tooling.testing import fresh_database, own_postgres
 from tests.chaos.convergence import Figures, render
 from tests.chaos.harness import Pair, scale_from_env
 
@@ -36,19 +36,34 @@ def rng(request):
     return random.Random(seed_for(request.node.nodeid))
 
 
+def running_pair(request, tmp_path_factory, *, platform_server: str, cluster_server: str):
+    """Both services as processes on fresh databases of these servers, with the fault proxy between them."""
+    with Pair(
+        platform_db_url=fresh_database(platform_server, "chaos_platform"),
+        cluster_db_url=fresh_database(cluster_server, "chaos_cluster"),
+        workdir=tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]),
+    ) as pair:
+        yield pair
+
+
 @pytest.fixture(scope="module")
 def pair(pg_server_url, tmp_path_factory, request):
-    """Both services as processes on fresh databases, with the fault proxy between them."""
-    workdir = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
-    pair = Pair(
-        platform_db_url=fresh_database(pg_server_url, "chaos_platform"),
-        cluster_db_url=fresh_database(pg_server_url, "chaos_cluster"),
-        workdir=workdir,
-    )
-    try:
-        yield pair.start()
-    finally:
-        pair.stop()
+    """Both services on the run's PostgreSQL (a module that needs its own server overrides this)."""
+    yield from running_pair(request, tmp_path_factory, platform_server=pg_server_url, cluster_server=pg_server_url)
+
+
+@pytest.fixture(scope="module")
+def cluster_pg():
+    """A PostgreSQL server for cluster_svc alone, to restart, dump or restore under it."""
+    with own_postgres("pgc") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def platform_pg():
+    """A PostgreSQL server for platform_svc alone, to restart under it."""
+    with own_postgres("pgp") as server:
+        yield server
 
 
 @pytest.fixture

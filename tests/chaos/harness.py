@@ -287,6 +287,16 @@ class Pair:
         self.platform = self._platform_service(free_port()).start()
         return self
 
+    def __enter__(self) -> Pair:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # whatever had started
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for api in self.apis:
             api.close()

@@ -9,42 +9,26 @@ reconciler, both databases agree exactly.
 """
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 import pytest
 import requests
 
 from tooling import embedded_pg
-from tooling.testing import fresh_database
-from tests.chaos.harness import Burst, Pair, cluster_body
+from tests.chaos.conftest import running_pair
+from tests.chaos.harness import Burst, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.
 OUTAGE_CREATES = 4
 
 
 @pytest.fixture(scope="module")
-def cluster_pg():
-    """A PostgreSQL server for cluster_svc alone, so it can be restarted under it."""
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgx")))  # short: it holds a Unix socket
-    yield server
-    embedded_pg.stop(server, delete=True)
-
-
-@pytest.fixture(scope="module")
-def pair(pg_server_url, cluster_pg, tmp_path_factory):
-    pair = Pair(
-        platform_db_url=fresh_database(pg_server_url, "chaos_platform"),
-        cluster_db_url=fresh_database(embedded_pg.admin_url(cluster_pg), "chaos_cluster"),
-        workdir=tmp_path_factory.mktemp("crashes"),
-    )
-    try:
-        yield pair.start()
-    finally:
-        pair.stop()
+def pair(pg_server_url, cluster_pg, tmp_path_factory, request):
+    """Both services, cluster_svc on a PostgreSQL of its own."""
+    cluster_server = embedded_pg.admin_url(cluster_pg)
+    yield from running_pair(request, tmp_path_factory, platform_server=pg_server_url, cluster_server=cluster_server)
 
 
 class Gate:

@@ -12,39 +12,24 @@ agree row by row, with exactly one object per key.
 """
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 import pytest
 import requests
 from sqlalchemy import text
 
 from tooling import embedded_pg
-from tooling.testing import fresh_database
-from tests.chaos.harness import Burst, Pair, cluster_body
+from tests.chaos.conftest import running_pair
+from tests.chaos.harness import Burst, cluster_body
 
 
 @pytest.fixture(scope="module")
-def platform_pg():
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgy")))  # short: it holds a Unix socket
-    yield server
-    embedded_pg.stop(server, delete=True)
-
-
-@pytest.fixture(scope="module")
-def pair(pg_server_url, platform_pg, tmp_path_factory):
-    pair = Pair(
-        platform_db_url=fresh_database(embedded_pg.admin_url(platform_pg), "chaos_platform"),
-        cluster_db_url=fresh_database(pg_server_url, "chaos_cluster"),
-        workdir=tmp_path_factory.mktemp("platform_restart"),
-    )
-    try:
-        yield pair.start()
-    finally:
-        pair.stop()
+def pair(pg_server_url, platform_pg, tmp_path_factory, request):
+    """Both services, platform_svc on a PostgreSQL of its own."""
+    platform_server = embedded_pg.admin_url(platform_pg)
+    yield from running_pair(request, tmp_path_factory, platform_server=platform_server, cluster_server=pg_server_url)
 
 
 class Retrying:

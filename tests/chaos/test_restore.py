@@ -13,42 +13,26 @@ from __future__ import annotations
 
 import random
 import re
-import tempfile
 import time
 from collections import Counter
 from functools import partial
-from pathlib import Path
 
 import pytest
 
 from shared.schemas import PLANS
-from tests.chaos.harness import Burst, Pair, PublicApi, cluster_body, expect, rule_body, run_all
+from tests.chaos.conftest import running_pair
+from tests.chaos.harness import Burst, PublicApi, cluster_body, expect, rule_body, run_all
 from tooling import embedded_pg
-from tooling.testing import fresh_database
 
 FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
 REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
 
 
 @pytest.fixture(scope="module")
-def cluster_pg():
-    """A PostgreSQL server for cluster_svc alone, of the version the dump and restore programs are."""
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgr")))  # short: it holds a Unix socket
-    yield server
-    embedded_pg.stop(server, delete=True)
-
-
-@pytest.fixture(scope="module")
-def pair(pg_server_url, cluster_pg, tmp_path_factory):
-    pair = Pair(
-        platform_db_url=fresh_database(pg_server_url, "chaos_platform"),
-        cluster_db_url=fresh_database(embedded_pg.admin_url(cluster_pg), "chaos_cluster"),
-        workdir=tmp_path_factory.mktemp("restore"),
-    )
-    try:
-        yield pair.start()
-    finally:
-        pair.stop()
+def pair(pg_server_url, cluster_pg, tmp_path_factory, request):
+    """Both services, cluster_svc on a PostgreSQL of its own."""
+    cluster_server = embedded_pg.admin_url(cluster_pg)
+    yield from running_pair(request, tmp_path_factory, platform_server=pg_server_url, cluster_server=cluster_server)
 
 
 def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, ...]]]) -> None:

@@ -9,13 +9,10 @@ module's own, so it can really be stopped and started again).
 """
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
-import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
@@ -26,15 +23,14 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from tooling import embedded_pg
 from tooling.faultproxy import FaultProxy
-from tooling.testing import LiveServer, console_script, fresh_database
+from tooling.testing import LiveServer, console_script, fresh_database, own_postgres
 from tests.e2e.conftest import Pair, cluster_body
 
 
 @pytest.fixture(scope="module")
 def platform_pg():
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="pgp")))  # short: it holds a Unix socket
-    yield server
-    embedded_pg.stop(server, delete=True)
+    with own_postgres("pgp") as server:
+        yield server
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ starts again (the fault itself, not a mock).
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,21 +15,18 @@ from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from tests.e2e.conftest import TOKEN
 from tests.e2e.metrics_helpers import wait_for
 from tooling import embedded_pg
-from tooling.testing import LiveServer, console_script, fresh_database
+from tooling.testing import LiveServer, console_script, fresh_database, own_postgres
 
 
 @pytest.fixture
-def own_postgres():
-    server = embedded_pg.start(Path(tempfile.mkdtemp(prefix="rdy")))  # a short path: the socket lives there
-    try:
+def database_server():
+    with own_postgres("rdy") as server:
         yield server
-    finally:
-        embedded_pg.stop(server, delete=True)
 
 
 @pytest.fixture
-def services(own_postgres):
-    admin = embedded_pg.admin_url(own_postgres)
+def services(database_server):
+    admin = embedded_pg.admin_url(database_server)
     cluster = LiveServer(
         [console_script("cluster-svc"), "serve", "--workers", "2"],
         {"CLUSTER_DATABASE_URL": fresh_database(admin, "rc", migrations=CLUSTER_MIGRATIONS), "INTERNAL_TOKEN": TOKEN},
@@ -51,12 +47,12 @@ def readyz(server):
     return requests.get(f"{server.url}/readyz", timeout=10)
 
 
-def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(own_postgres, services):
+def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(database_server, services):
     for server in services.values():
         ok = readyz(server)
         assert (ok.status_code, ok.json()) == (200, {"status": "ok"})
 
-    embedded_pg.stop(own_postgres)
+    embedded_pg.stop(database_server)
 
     for name, server in services.items():
         [down] = wait_for(lambda s=server: (r := readyz(s)).status_code == 503 and [r], what=f"{name} not ready")
@@ -66,7 +62,7 @@ def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(o
         assert "X-Request-ID" in down.headers
         assert requests.get(f"{server.url}/healthz", timeout=10).status_code == 200  # alive all the same
 
-    embedded_pg.start(Path(own_postgres.pgdata))
+    embedded_pg.start(Path(database_server.pgdata))
 
     for name, server in services.items():
         wait_for(lambda s=server: readyz(s).status_code == 200, what=f"{name} ready again")
