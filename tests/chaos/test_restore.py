@@ -1,4 +1,4 @@
-"""Scenario 7: cluster_svc's database restored from an older dump.
+"""Scenario 9: cluster_svc's database restored from an older dump.
 
 An estate of clusters and firewall rules is synced; then, while users create,
 change and delete objects (the reconciler running beside the inline pushes),
@@ -123,7 +123,7 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     live = n + new - len(doomed) + len(rules) + with_rule - deleted_rules  # the short-lived ones came and went
     figures.append(
         pair.figures(
-            "7 restore of older dump",
+            "9 restore of older dump",
             mark,
             comparison,
             expected=(live, deleted_clusters + deleted_rules),
