@@ -22,7 +22,7 @@ $(STAMP): setup.cfg pyproject.toml
 clean:
 	rm -rf $(VENV) .dev .pytest_cache .hypothesis
 
-# Performance targets P1-P7 (docs/performance.md); BENCH_ARGS=--quick for a smoke run.
+# Performance targets P1-P9 (docs/performance.md); BENCH_ARGS=--quick for a smoke run.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 

@@ -1,4 +1,4 @@
-"""``make bench``: the performance targets P1-P7 of docs/performance.md, in one run.
+"""``make bench``: the performance targets P1-P9 of docs/performance.md, in one run.
 
 Everything runs the way users run it: a real PostgreSQL (embedded unless
 ``TEST_DATABASE_URL`` names one), cluster_svc and platform_svc started through
@@ -13,9 +13,13 @@ Two phases keep PostgreSQL's 100 connections enough for every pool:
 1. cluster_svc (empty table), cluster_svc on a table of 1,000,000 rows, limit
    and key-table: creates (a new UUID per request) and replays (one of a fixed
    set of existing IDs). Gives P1, P2, P3, P5.
-2. cluster_svc and platform_svc (public creates, each pushed down inline), plus
-   ``platform-svc reconcile --once`` draining 10,000 pending clusters in some
-   rounds. Gives P6 and P7.
+2. cluster_svc and platform_svc (public creates, each pushed down inline; and
+   public creates while cluster_svc is frozen with SIGSTOP, answered by the
+   open circuit breaker), plus ``platform-svc reconcile --once`` draining
+   10,000 pending clusters (in batches) in some rounds. Gives P6, P7 and P8.
+3. The reconciler running with its default settings while cluster_svc is
+   frozen for two minutes and 1,000 public creates arrive; then the seconds
+   from its thaw until every row is synced. Gives P9.
 
 P4 (statements per create / replay) is counted in-process with
 ``tooling.testing.StatementCounter``, as tests/cluster_svc/test_statements.py does.
@@ -33,6 +37,7 @@ paths, platform_svc's create and the reconciler (needs ``pip install py-spy``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -80,10 +85,14 @@ class Size:
     pending: int  # P6: pending clusters per drain
     drain_rounds: int  # P6: how many phase-2 rounds include a drain
     replay_ids: int  # P3: existing IDs the replays pick from
+    outage: float  # P9: seconds cluster_svc stays down
+    outage_writes: int  # P9: public creates waiting when it comes back
 
 
-FULL = Size(rounds=5, duration=5, warmup=2, big_rows=1_000_000, pending=10_000, drain_rounds=3, replay_ids=1000)
-QUICK = Size(rounds=2, duration=2, warmup=1, big_rows=100_000, pending=1_000, drain_rounds=1, replay_ids=200)
+FULL = Size(rounds=5, duration=5, warmup=2, big_rows=1_000_000, pending=10_000, drain_rounds=3, replay_ids=1000,
+            outage=120, outage_writes=1000)
+QUICK = Size(rounds=2, duration=2, warmup=1, big_rows=100_000, pending=1_000, drain_rounds=1, replay_ids=200,
+             outage=15, outage_writes=200)
 
 
 # Processes ------------------------------------------------------------------------
@@ -207,11 +216,15 @@ class Contender:
     cpu: list[dict[str, float]] = field(default_factory=list)  # CPU ms per good request, per tree
     answers: list[dict[str, Any]] = field(default_factory=list)  # status counts and socket errors, per round
     problems: list[str] = field(default_factory=list)
+    # public mode: count only answers that say "synced" (pushed inline); else every ``expect`` answer
+    synced_only: bool = True
+    # the state the contender runs in (P8: cluster_svc frozen), entered around each run
+    condition: Any = field(default=contextlib.nullcontext)
 
     def probe(self) -> Contender:
         """A copy whose results are not kept (warm-up, profiling)."""
         return Contender(self.key, self.label, self.url, self.mode, self.token, self.expect, self.ids_file,
-                         self.cpu_roots)
+                         self.cpu_roots, synced_only=self.synced_only, condition=self.condition)
 
     def cpu_median(self, name: str) -> float:
         values = [sample[name] for sample in self.cpu if name in sample]
@@ -235,16 +248,17 @@ class Wrk:
         ]
         if contender.ids_file is not None:
             argv.append(str(contender.ids_file))
-        before = tree_cpu(contender.cpu_roots)
-        done = subprocess.run(argv, capture_output=True, text=True)
-        after = tree_cpu(contender.cpu_roots)
+        with contender.condition():
+            before = tree_cpu(contender.cpu_roots)
+            done = subprocess.run(argv, capture_output=True, text=True)
+            after = tree_cpu(contender.cpu_roots)
         line = next((line for line in done.stdout.splitlines() if line.startswith("BENCH ")), None)
         if done.returncode != 0 or line is None:
             raise RuntimeError(f"wrk failed on {contender.label}:\n{done.stdout}{done.stderr}")
         result = json.loads(line[len("BENCH "):])
         seconds_run = result["duration_us"] / 1e6
         good = result["status"].get(str(contender.expect), 0)
-        if contender.mode == "public":
+        if contender.mode == "public" and contender.synced_only:
             good = result["synced"]  # created *and* pushed down inline
         result["rate"] = good / seconds_run
         result["cpu_ms"] = {name: 1000 * (after[name] - before[name]) / max(1, good) for name in after}
@@ -253,7 +267,8 @@ class Wrk:
         bad = result["requests"] - good + sum(result["errors"].values())
         if bad > 0.01 * max(1, result["requests"]):
             contender.problems.append(f"{bad} of {result['requests']} answers not {contender.expect}"
-                                      f"{' synced' if contender.mode == 'public' else ''}: {result}")
+                                      f"{' synced' if contender.mode == 'public' and contender.synced_only else ''}:"
+                                      f" {result}")
         return result
 
 
@@ -372,6 +387,112 @@ def drain(env: dict[str, str], concurrency: int, platform_url: str, roots: dict[
     cpu_ms["reconciler"] = cpu_ms.pop("children")
     cpu_ms["machine busy"] = (after["machine busy"] - before["machine busy"]) / seconds
     return Drain(pushed / seconds, pushed, seconds, cpu_ms)
+
+
+# Outages (P8, P9) ------------------------------------------------------------------
+#
+# "Down" is cluster_svc frozen with SIGSTOP (master and workers): its port still
+# accepts connections, so every call hangs until its read timeout, which is the
+# harder case for platform_svc (a killed process refuses at once).
+
+
+def freeze(server: Server) -> None:
+    os.killpg(server.process.pid, signal.SIGSTOP)
+
+
+def thaw(server: Server) -> None:
+    os.killpg(server.process.pid, signal.SIGCONT)
+
+
+def public_create(url: str, api_key: str, timeout: float = 10.0) -> dict[str, Any]:
+    response = requests.post(url, json={"name": "bench", **{k: v for k, v in FIELDS.items() if k != "name"}},
+                             headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+    if response.status_code != 201:
+        raise RuntimeError(f"public create answered {response.status_code}: {response.text[:300]}")
+    return response.json()
+
+
+@contextmanager
+def cluster_svc_down(cluster: Server, platform_server: Server, api_key: str, env: dict[str, str], log) -> Iterator[None]:
+    """P8's state: cluster_svc frozen, and platform_svc's breakers already open.
+
+    Priming: public creates until platform_svc answers them at once (each
+    worker's breaker opens after a few inline pushes time out). Afterwards
+    cluster_svc is thawed, what the run left pending is drained (not measured)
+    and the breakers are closed again (creates answer "synced"), so the next
+    contender meets a healthy pair.
+    """
+    url = platform_server.url + "/v1/clusters"
+    freeze(cluster)
+    try:
+        quick = 0
+        deadline = time.monotonic() + 60
+        with ThreadPoolExecutor(8) as pool:
+            while quick < 32 and time.monotonic() < deadline:
+                started = time.monotonic()
+                answers = list(pool.map(lambda _: public_create(url, api_key), range(8)))
+                quick = quick + 8 if time.monotonic() - started < 0.2 and all(
+                    a["sync_state"] == "pending" for a in answers) else 0
+        yield
+    finally:
+        thaw(cluster)
+    run_checked([console_script("platform-svc"), "reconcile", "--once"], env, "reconcile after P8")
+    deadline = time.monotonic() + 60
+    streak = 0
+    while streak < 16:
+        if time.monotonic() > deadline:
+            raise RuntimeError("platform_svc's inline pushes did not recover within 60 s of cluster_svc's thaw")
+        streak = streak + 1 if public_create(url, api_key)["sync_state"] == "synced" else 0
+        if streak == 0:
+            time.sleep(0.2)
+    run_checked([console_script("platform-svc"), "reconcile", "--once"], env, "reconcile after P8")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    outage: float  # seconds cluster_svc was frozen
+    waiting: int  # rows pending when it came back
+    seconds: float  # from the thaw until every row was synced
+
+
+def outage_recovery(cluster: Server, platform_server: Server, api_key: str, env: dict[str, str], platform_url: str,
+                    size: Size, logs: Path) -> Recovery:
+    """P9: the reconciler (default settings) runs throughout; cluster_svc is frozen for
+    ``size.outage`` seconds while ``size.outage_writes`` public creates arrive; then it is
+    thawed, and the time until every platform row is synced is measured."""
+    url = platform_server.url + "/v1/clusters"
+    with open(logs / "reconciler-p9.log", "ab") as out:
+        reconciler = subprocess.Popen([console_script("platform-svc"), "reconcile"], env=env, cwd=ROOT,
+                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        freeze(cluster)
+        frozen_at = time.monotonic()
+        try:
+            pace = 0.8 * size.outage / size.outage_writes  # the writes arrive during the first 80 %
+            with ThreadPoolExecutor(4) as pool:
+                futures = []
+                for i in range(size.outage_writes):
+                    time.sleep(max(0.0, frozen_at + i * pace - time.monotonic()))
+                    futures.append(pool.submit(public_create, url, api_key))
+                for future in futures:
+                    future.result()
+            time.sleep(max(0.0, frozen_at + size.outage - time.monotonic()))
+            waiting = sql(platform_url, "SELECT count(*) FROM clusters WHERE sync_state <> 'synced'")[0][0]
+        finally:
+            thaw(cluster)
+        thawed_at = time.monotonic()
+        outage = thawed_at - frozen_at
+        while sql(platform_url, "SELECT count(*) FROM clusters WHERE sync_state <> 'synced'")[0][0]:
+            if time.monotonic() - thawed_at > 300:
+                raise RuntimeError(f"P9: rows still unsynced 300 s after the recovery; see {logs}")
+            time.sleep(0.02)
+        return Recovery(outage, waiting, time.monotonic() - thawed_at)
+    finally:
+        os.killpg(reconciler.pid, signal.SIGTERM)
+        try:
+            reconciler.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(reconciler.pid, signal.SIGKILL)
 
 
 # Profiling ---------------------------------------------------------------------------
@@ -554,6 +675,10 @@ def main(argv: list[str] | None = None) -> int:
         cl_create2 = c("cluster.create", "cluster_svc creates (phase 2)", cluster, "create", 201)
         pf_create = c("platform.create", "platform_svc public creates (synced inline)", platform_server, "public", 201,
                       token=account["api_key"], also=[("cluster_svc", cluster)])
+        pf_down = c("platform.down", "platform_svc public creates, cluster_svc frozen", platform_server, "public",
+                    201, token=account["api_key"], also=[("cluster_svc", cluster)])
+        pf_down.synced_only = False  # answered "pending" at once: the breaker is open
+        pf_down.condition = lambda: cluster_svc_down(cluster, platform_server, account["api_key"], drain_env, log)
         drains: list[Drain] = []
         drain_roots = {"cluster_svc": cluster.process.pid, **({"postgres": postmaster} if postmaster else {})}
         drain_env = {**os.environ, **base_env, **platform_env}
@@ -568,9 +693,15 @@ def main(argv: list[str] | None = None) -> int:
             drains.append(drain(drain_env, args.reconcile_concurrency, urls["platform"], drain_roots))
             return [f"drain {drains[-1].pushed} in {drains[-1].seconds:.1f} s = {drains[-1].rate:.0f}/s"]
 
-        log(f"bench: phase 2, 2 contenders x {size.rounds} rounds x {size.duration:g} s,"
+        log(f"bench: phase 2, 3 contenders x {size.rounds} rounds x {size.duration:g} s,"
             f" + reconcile --once of {size.pending:,} pending clusters in {len(drain_at)} rounds")
-        alternate([cl_create2, pf_create], wrk, size, extra=maybe_drain, log=log)
+        alternate([cl_create2, pf_create, pf_down], wrk, size, extra=maybe_drain, log=log)
+
+        log(f"bench: P9, cluster_svc frozen for {size.outage:g} s while {size.outage_writes:,} public creates"
+            " arrive, the reconciler running")
+        run_checked([console_script("platform-svc"), "reconcile", "--once"], drain_env, "reconcile before P9")
+        recovery = outage_recovery(cluster, platform_server, account["api_key"], drain_env, urls["platform"], size, logs)
+        log(f"bench:   {recovery.waiting} rows waiting; all synced {recovery.seconds:.2f} s after the recovery")
         elapsed = time.monotonic() - started
 
         if args.profile is not None:
@@ -583,8 +714,8 @@ def main(argv: list[str] | None = None) -> int:
 
     report = build_report(
         size=size, args=args, pg_version=pg_version, max_conn=max_conn, elapsed=elapsed,
-        phase1=phase1, phase2=[cl_create2, pf_create], drains=drains, reconcile_startup=startup,
-        p4=(p4_create, p4_replay), p4_extra=p4_extra, rows=rows_after_phase1,
+        phase1=phase1, phase2=[cl_create2, pf_create, pf_down], drains=drains, reconcile_startup=startup,
+        p4=(p4_create, p4_replay), p4_extra=p4_extra, rows=rows_after_phase1, recovery=recovery,
     )
     if profiles:
         from bench.profile import summarize
@@ -595,14 +726,14 @@ def main(argv: list[str] | None = None) -> int:
     print(report["text"])
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
-    problems = [p for contender in phase1 + [cl_create2, pf_create] for p in contender.problems]
+    problems = [p for contender in phase1 + [cl_create2, pf_create, pf_down] for p in contender.problems]
     return 1 if problems else 0
 
 
 def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, drains, reconcile_startup, p4, p4_extra,
-                 rows) -> dict[str, Any]:
+                 rows, recovery) -> dict[str, Any]:
     cl_create, limit_create, kt_create, cl_replay, limit_replay, kt_replay, big_create = phase1
-    cl_create2, pf_create = phase2
+    cl_create2, pf_create, pf_down = phase2
     drain_rates = [d.rate for d in drains]
     drain_median = statistics.median(drain_rates) if drain_rates else float("nan")
     p4_ok = p4 == (["INSERT"], ["INSERT", "SELECT"])
@@ -622,11 +753,14 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
          f"{'1/2 (tested)' if p4_ok else 'create ' + '+'.join(p4[0]) + ', replay ' + '+'.join(p4[1])}", ""),
         ("P5", f"creates, {size.big_rows:,} rows / empty", big_create.median / cl_create.median, 0.9,
          f"{big_create.median:.0f} / {cl_create.median:.0f}", spread(big_create.samples, cl_create.samples)),
-        ("P6", f"drain of {size.pending:,} pending / creates", drain_median / cl_create2.median, 0.5,
+        ("P6", f"drain of {size.pending:,} pending / creates", drain_median / cl_create2.median, 2.0,
          f"{drain_median:.0f} / {cl_create2.median:.0f}", ""),
         ("P7", "platform creates / cluster_svc creates", pf_create.median / cl_create2.median, 0.4,
          f"{pf_create.median:.0f} / {cl_create2.median:.0f}", spread(pf_create.samples, cl_create2.samples)),
+        ("P8", "platform creates, cluster_svc down / up", pf_down.median / pf_create.median, 1.0,
+         f"{pf_down.median:.0f} / {pf_create.median:.0f}", spread(pf_down.samples, pf_create.samples)),
     ]
+    p9_target = 2.0 + recovery.waiting / drain_median
     lines = []
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append("")
@@ -641,12 +775,14 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
     lines.append(f"creates: a new UUIDv4 per request; replays: one of {size.replay_ids:,} existing IDs;"
                  f" P6: platform-svc reconcile --once --concurrency {args.reconcile_concurrency}"
                  f" (wall time incl. process start-up)")
+    lines.append("P8: cluster_svc frozen with SIGSTOP (connections hang), platform_svc's breakers opened by priming;"
+                 " P9: platform-svc reconcile (default settings) running throughout, cluster_svc frozen")
     lines.append(f"elapsed {elapsed / 60:.1f} min; rows at the end of phase 1: cluster_svc {rows['cluster']:,},"
                  f" 1M instance {rows['big']:,}")
     lines.append("")
     lines.append("req/s per round")
-    for contender in [*phase1, cl_create2, pf_create]:
-        phase = "2" if contender in (cl_create2, pf_create) else "1"
+    for contender in [*phase1, *phase2]:
+        phase = "2" if contender in phase2 else "1"
         cells = " ".join(f"{s:7.0f}" for s in contender.samples)
         lines.append(f"  [{phase}] {contender.label:<46} {cells}   median {contender.median:7.0f}")
     if drains:
@@ -657,7 +793,7 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
     lines.append("")
     lines.append("CPU per good request, ms (medians; 'machine' = cores busy during the run, out of"
                  f" {os.cpu_count()}, including anything else running)")
-    for contender in [*phase1, cl_create2, pf_create]:
+    for contender in [*phase1, *phase2]:
         trees = [name for name in contender.cpu_roots] + ["wrk"]
         cells = ", ".join(f"{name} {contender.cpu_median(name):.2f}" for name in trees)
         lines.append(f"  {contender.label:<50} {cells}; machine {contender.cpu_median('machine busy'):.2f}")
@@ -685,6 +821,15 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
         summary.append(f"{target} {ratio:.2f} {result}")
         data_rows.append({"target": target, "what": what, "measured": round(ratio, 3), "goal": goal,
                           "pass": ratio >= goal, "medians": medians})
+    p9_pass = recovery.seconds <= p9_target
+    lines.append(f"{'P9':<7}{'seconds from recovery to all synced':<44}{recovery.seconds:>8.2f}s  "
+                 f"{'<= ' + format(p9_target, '.2f') + 's':<9}{'pass' if p9_pass else 'FAIL':<7}"
+                 f"{recovery.waiting} rows after {recovery.outage:.0f} s; target 2 s + {recovery.waiting} / "
+                 f"{drain_median:.0f} rows/s")
+    summary.append(f"P9 {recovery.seconds:.2f}s {'pass' if p9_pass else 'FAIL'}")
+    data_rows.append({"target": "P9", "what": "seconds from recovery to all synced", "measured": round(
+        recovery.seconds, 3), "goal": round(p9_target, 3), "pass": p9_pass, "waiting": recovery.waiting,
+        "outage": round(recovery.outage, 1)})
     lines.append("")
     lines.append(f"P4 on the wire: {p4_extra}")
     lines.append(f"info: limit replays {limit_replay.median:.0f}/s, key-table replays {kt_replay.median:.0f}/s,"

@@ -36,8 +36,10 @@ add_service_commands(
 
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
 @click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Pushes in flight.")
-@click.option("--batch", default=10, show_default=True, type=click.IntRange(1, 1000), help="Rows one claim leases at most.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Calls in flight.")
+@click.option(
+    "--batch", default=100, show_default=True, type=click.IntRange(1, 1000), help="Creates one batch call sends at most."
+)
 @click.option(
     "--max-backoff",
     default=300.0,

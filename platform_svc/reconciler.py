@@ -5,12 +5,14 @@ Level-triggered: it reads what is due from the rows themselves (see
 it crashes, and any number of reconcilers can run side by side.
 
 Shaped like a controller's work queue. One scheduler thread leases due rows
-(a few at a time, never more than the workers can start soon) and hands each
-to a pool of ``concurrency`` workers; a worker pushes its one row and records
-the answer. So up to ``concurrency`` pushes are in flight whatever the others
-do: a push that hangs until its timeout holds its own row and worker only,
-and the scheduler hands the next due row to the next free worker without
-waiting for any pass to end. Beside it, a :class:`RecoveryWatch` notices
+(never more than the workers can start soon), cuts them into units of work
+(creates to one collection go together, up to ``batch`` in one batch call;
+every update or delete alone) and hands each unit to a pool of
+``concurrency`` workers; a worker pushes its unit with one call and records
+the answers with one statement. So up to ``concurrency`` units are in flight
+whatever the others do: a call that hangs until its timeout holds its own
+rows and worker only, and the scheduler hands the next unit to the next free
+worker without waiting for any pass to end. Beside it, a :class:`RecoveryWatch` notices
 cluster_svc answering again and makes every row waiting on a backoff due.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
-from platform_svc.sync import KINDS, Claim, Pusher, claim_due, in_backoff, wake_backed_off
+from platform_svc.sync import KINDS, Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
@@ -34,8 +36,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReconcilerSettings:
-    concurrency: int = 8  # pushes in flight at most
-    batch: int = 10  # rows one claim statement leases at most
+    concurrency: int = 8  # units of work (calls) in flight at most
+    batch: int = 100  # creates one batch call sends at most
     # Seconds one push can take, retries included (ClientPolicy.longest_call()).
     # The lease outlasts it by ``lease_margin``, so a push always ends while its
     # row is still leased: no two pushers ever send one row at the same moment.
@@ -176,8 +178,8 @@ class Reconciler:
     def _schedule(self, *, stop: threading.Event, until_idle: bool) -> Counter[str]:
         states: Counter[str] = Counter()
         reported: Counter[str] = Counter()
-        # Rows pushing, plus as many waiting for a worker: a freed worker never
-        # waits for a claim, and a row never waits long for a worker.
+        # Units pushing, plus as many waiting for a worker: a freed worker never
+        # waits for a claim, and a unit never waits long for a worker.
         capacity = 2 * self.settings.concurrency
         in_flight: set[Future] = set()
         with ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="push") as pool:
@@ -195,31 +197,41 @@ class Reconciler:
                     self._nudge.clear()
                     continue
                 done, in_flight = wait(in_flight, timeout=self.settings.idle_interval, return_when=FIRST_COMPLETED)
-                states.update(state for state in (future.result() for future in done) if state)
+                states.update(state for future in done for state in future.result())
 
     def _claim(self, room: int) -> list[Claim]:
-        """Lease up to ``room`` due rows (parents first), in one short transaction."""
+        """Lease due rows (parents first) for up to about ``room`` units, in one short transaction.
+
+        Per kind, creates first (up to ``batch`` per unit), then the rest (one
+        per unit). Firewall rules of many clusters can make more units than
+        ``room``: the surplus waits for a worker (or is released if it waits
+        too long), which is cheap since each is a small call.
+        """
         push_by = time.monotonic() + self.settings.lease_margin
         claims: list[Claim] = []
+        batch = self.settings.batch
         with self.pusher.database.begin() as db_session:
             for kind in KINDS:
-                limit = min(room - len(claims), self.settings.batch)
-                if limit <= 0:
-                    break
-                rows = claim_due(
-                    db_session=db_session, kind=kind, limit=limit, lease=self.settings.lease, due_by=self._due_by
-                )
-                claims += [Claim(kind, row, push_by) for row in rows]
+                for creates, per_unit in ((True, batch), (False, 1)):
+                    left = room - len(claims)
+                    if left <= 0:
+                        return claims
+                    rows = claim_due(
+                        db_session=db_session, kind=kind, limit=left * per_unit, lease=self.settings.lease,
+                        due_by=self._due_by, creates=creates,
+                    )
+                    claims += units(kind, rows, batch=batch, push_by=push_by)
         return claims
 
-    def _work(self, claim: Claim, stop: threading.Event) -> str | None:
-        """A worker: push one claimed row and record it; the state it reached, if it was pushed."""
+    def _work(self, claim: Claim, stop: threading.Event) -> list[str]:
+        """A worker: push one unit and record it; the states its rows reached, if they were pushed."""
         try:
-            row = self.pusher.push_claimed(claim, cancelled=stop.is_set)
-        except Exception as exc:  # noqa: BLE001 (its lease runs out; it is pushed again later)
-            _log_failure(f"push of {claim.kind.resource.name} {claim.row['id']}", exc)
-            return None
-        return None if row is None else row["sync_state"]
+            rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
+        except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
+            ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
+            _log_failure(f"push of {len(claim.rows)} {claim.kind.resource.name} ({ids})", exc)
+            return []
+        return [] if rows is None else [row["sync_state"] for row in rows]
 
     def _woken(self) -> None:
         if self._due_by is not None:  # a drain: the woken rows are due "now" too

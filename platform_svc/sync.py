@@ -1,11 +1,13 @@
 """Pushing platform rows down to cluster_svc, and recording what happened.
 
 Three small pieces: *scheduling* (what is due, backoff, leases, waking rows
-when cluster_svc recovers), *pushing* (one HTTP call: :func:`push`) and
-*recording* (one UPDATE: :func:`record`). :class:`Pusher` puts the last two
-together, inline right after a public write commits (a short budget, behind a
-circuit breaker) and for each unit the reconciler claims. The rules that keep
-it safe:
+when cluster_svc recovers, and cutting what was claimed into units of work:
+:func:`claim_due`, :func:`units`), *pushing* (one HTTP call per unit:
+:func:`push` for one row, :func:`push_creates` for a batch of creates) and
+*recording* (one UPDATE per unit: :mod:`platform_svc.recording`).
+:class:`Pusher` puts the last two together, inline right after a public write
+commits (a short budget, behind a circuit breaker) and for each unit the
+reconciler claims. The rules that keep it safe:
 
 - The intent is committed before any call; a push never runs inside a
   database transaction. A row is pushed only by whoever holds its lease, so
@@ -17,39 +19,28 @@ it safe:
   wanted generation (created again if downstream lost it). Recording the
   answer only ever moves ``synced_generation`` forward, so a late answer
   cannot undo a newer one.
+- Creates the reconciler claims together go down together: one batch call
+  per collection (a cluster's rules share one), each item answered and
+  recorded on its own (a 409 fails only its row).
 - Transient failures are retried for ever with capped, jittered backoff;
   only a permanent answer makes a row ``failed``.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Integer,
-    Interval,
-    String,
-    Table,
-    and_,
-    bindparam,
-    case,
-    exists,
-    func,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Connection, Table, and_, case, exists, func, not_, or_, select, update
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.breaker import CircuitBreaker
 from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
+from platform_svc.recording import record, record_many, release_many
 from shared import config
 from shared.client import Answer, InternalClient, Outcome
 from shared.counters import count_push
@@ -158,80 +149,41 @@ def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
     return answer
 
 
-def record(
-    *, db_session: Connection, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
-) -> RowMapping:
-    """Store the outcome of a push and release the lease; return the new row.
+def is_create(row: RowMapping) -> bool:
+    """Whether pushing ``row`` means creating it (cluster_svc never confirmed it, and it is alive)."""
+    return row["synced_generation"] == 0 and row["deleted_at"] is None
 
-    An inline push is a bonus attempt: its transient failure leaves the row due
-    at once for the reconciler, without spending one of its attempts.
+
+def push_creates(client: InternalClient, kind: Kind, rows: Sequence[RowMapping]) -> list[Answer]:
+    """Create-or-return rows of one collection with one batch call; one answer per row, in order.
+
+    Each item is answered as its single create would be (201, 200 for one
+    cluster_svc has already: a lost answer's replay, 409, 404 while a rule's
+    cluster is not there yet...). A call that fails as a whole gives every row
+    its answer.
     """
-    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": answer.reason}
-    if answer.outcome is Outcome.DONE:
-        if row["deleted_at"] is not None:
-            change = "delete_confirmed"
-        else:
-            change = "confirmed"
-            params["b_confirmed"] = (answer.body or {}).get("generation", row["generation"])
-    elif answer.outcome is Outcome.PERMANENT:
-        # A create or update refused because the row was deleted meanwhile (a
-        # 410 because its cluster was deleted, say) is judged on the row as it
-        # is now: the delete is what is wanted and goes next, so the row stays
-        # pending. A refused delete is a failure like any other.
-        change = "failed" if row["deleted_at"] is not None else "failed_unless_deleted"
-    elif inline:
-        change = "due_now"
-    else:
-        change = "retry_later"
-        params["b_attempts"] = attempts = row["attempts"] + 1
-        params["b_delay"] = retry.delay(attempts)
-    return db_session.execute(_record_statement(kind.resource.table, change), params).mappings().one()
-
-
-@functools.lru_cache(maxsize=None)
-def _record_statement(table: Table, change: str) -> Any:
-    """The UPDATE that records one kind of outcome, built once (bound parameters ``b_*``)."""
-    now = func.now()
-    values: dict[str, Any] = {
-        # Release the lease only if it is still ours: a push that outlived it
-        # must not free a row another pusher has claimed since.
-        "lease_until": case((table.c.lease_until == bindparam("b_lease"), None), else_=table.c.lease_until),
-    }
-    reason = bindparam("b_reason", type_=String())
-    if change in ("confirmed", "delete_confirmed"):
-        values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=now)
-        if change == "delete_confirmed":
-            values["delete_synced_at"] = now
-        else:
-            confirmed = bindparam("b_confirmed", type_=Integer())
-            values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
-    elif change == "failed":
-        values.update(sync_failed_at=now, sync_error=reason)
-    elif change == "failed_unless_deleted":
-        values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
-    elif change == "due_now":
-        values.update(sync_error=reason, next_attempt_at=now)
-    elif change == "retry_later":
-        values.update(
-            sync_error=reason,
-            next_attempt_at=now + bindparam("b_delay", type_=Interval()),
-            attempts=bindparam("b_attempts", type_=Integer()),
-        )
-    return update(table).where(table.c.id == bindparam("b_id")).values(values).returning(*table.c)
+    return client.create_batch(f"{kind.collection(rows[0])}/batch", [kind.create_body(row) for row in rows])
 
 
 # Scheduling: what is due, leases, and waking rows when cluster_svc recovers ---------
 
 
 def claim_due(
-    *, db_session: Connection, kind: Kind, limit: int, lease: timedelta, due_by: datetime | None = None
+    *,
+    db_session: Connection,
+    kind: Kind,
+    limit: int,
+    lease: timedelta,
+    due_by: datetime | None = None,
+    creates: bool | None = None,
 ) -> list[RowMapping]:
     """Lease up to ``limit`` rows that are due (by ``due_by``, else now), skipping rows others have locked.
 
     ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
     lease (not a lock) is what keeps a row theirs while they push it, so no
     transaction stays open across an HTTP call. A firewall rule is due only
-    once cluster_svc confirmed its cluster.
+    once cluster_svc confirmed its cluster. ``creates``: only rows to create
+    (True), only the others (False), or any (None).
     """
     table = kind.resource.table
     due = select(table.c.id).where(
@@ -247,6 +199,9 @@ def claim_due(
                 exists().where(and_(parent.c.id == table.c.cluster_id, parent.c.synced_generation > 0)),
             )
         )
+    if creates is not None:
+        create = and_(table.c.synced_generation == 0, table.c.deleted_at.is_(None))
+        due = due.where(create if creates else not_(create))
     due = due.order_by(table.c.next_attempt_at).limit(limit).with_for_update(skip_locked=True)
     stmt = update(table).where(table.c.id.in_(due.scalar_subquery())).values(lease_until=func.now() + lease)
     return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
@@ -292,15 +247,32 @@ def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
 
 @dataclass(frozen=True)
 class Claim:
-    """One unit of work the scheduler hands a worker: a row it leased, and when
-    it is too late to start pushing it (the lease would not outlast the push).
+    """One unit of work the scheduler hands a worker: rows of one kind it leased,
+    pushed with one call, and when it is too late to start pushing them (the
+    lease would not outlast the push).
 
-    Today a unit is one row; a batch of creates could be one unit as well.
+    One row (a create, update or delete), or creates to one collection that go
+    down in one batch call.
     """
 
     kind: Kind
-    row: RowMapping
+    rows: tuple[RowMapping, ...]
     push_by: float  # a time.monotonic() value
+
+
+def units(kind: Kind, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
+    """Cut claimed rows into units: creates to the same collection up to ``batch`` together, every other row alone."""
+    collections: dict[str, list[RowMapping]] = {}
+    claims = []
+    for row in rows:
+        if is_create(row):
+            collections.setdefault(kind.collection(row), []).append(row)
+        else:
+            claims.append(Claim(kind, (row,), push_by))
+    for together in collections.values():
+        together.sort(key=lambda row: row["id"])
+        claims += [Claim(kind, tuple(together[i:i + batch]), push_by) for i in range(0, len(together), batch)]
+    return claims
 
 
 # Pushing and recording ---------------------------------------------------------------
@@ -363,30 +335,43 @@ class Pusher:
                 log.exception("inline push of %s %s failed", kind.resource.name, row["id"])
             return row
 
-    def push_claimed(self, claim: Claim, *, cancelled: Callable[[], bool] = lambda: False) -> RowMapping | None:
-        """A worker's unit: push the claimed row and record the answer; None when it was not pushed.
+    def push_claimed(
+        self, claim: Claim, *, cancelled: Callable[[], bool] = lambda: False
+    ) -> list[RowMapping] | None:
+        """A worker's unit: push the claimed rows with one call and record every answer
+        with one statement; return the rows as recorded, or None when they were not pushed.
 
-        A row whose lease has run too short (it waited for a free worker) or
-        whose reconciler is stopping is released unpushed, due as it was.
+        Rows whose lease has run too short (they waited for a free worker) or
+        whose reconciler is stopping are released unpushed, due as they were.
         """
+        kind, rows = claim.kind, claim.rows
         if cancelled() or time.monotonic() > claim.push_by:
-            self._release(claim.kind, claim.row)
+            with self.database.begin() as db_session:
+                release_many(db_session=db_session, kind=kind, rows=rows)
             return None
-        answer = self._push(claim.kind, claim.row)
+        answers = self._push_creates(kind, rows) if len(rows) > 1 else [self._push(kind, rows[0])]
         with self.database.begin() as db_session:
-            return record(
-                db_session=db_session, kind=claim.kind, row=claim.row, answer=answer, retry=self.retry, inline=False
-            )
+            return record_many(db_session=db_session, kind=kind, rows=rows, answers=answers, retry=self.retry)
 
     def _push(self, kind: Kind, row: RowMapping) -> Answer:
-        """Every push, inline or by the reconciler, goes through here: its outcome is known at this point."""
         answer = push(self.client, kind, row)
+        self._pushed(kind, row, answer)
+        return answer
+
+    def _push_creates(self, kind: Kind, rows: Sequence[RowMapping]) -> list[Answer]:
+        answers = push_creates(self.client, kind, rows)
+        for row, answer in zip(rows, answers):
+            self._pushed(kind, row, answer)
+        return answers
+
+    def _pushed(self, kind: Kind, row: RowMapping, answer: Answer) -> None:
+        """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once:
+        its outcome is known at this point (counted, logged unless done, and observed)."""
         count_push(kind.resource.name, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
         if self.observe is not None:
             self.observe(answer)
-        return answer
 
     def _parent_confirmed(self, row: RowMapping) -> bool:
         with self.database.engine.connect() as db_session:

@@ -8,7 +8,9 @@ adds its blueprints.
 from __future__ import annotations
 
 import http
+import inspect
 import json
+import types
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -33,6 +35,28 @@ SWAGGER_UI_FILES = "docs/swagger-ui"
 # the internal token itself) and the API documentation.
 UNGUARDED_ENDPOINTS = PUBLIC_ENDPOINTS | SELF_AUTHENTICATED_ENDPOINTS | {"swagger_ui_files"}
 PUBLIC_BLUEPRINTS = frozenset({"api-docs"})
+
+class ServiceFlask(Flask):
+    """Flask, remembering which functions are coroutines.
+
+    Flask asks ``inspect.iscoroutinefunction`` of every request hook and view
+    on every request (a dozen calls per request, each unwrapping partials and
+    methods). The answer never changes for a function, so it is kept, keyed by
+    the plain function (a method's ``__func__``: MethodView binds a new one
+    per request). Anything else is asked every time, as before.
+    """
+
+    _coroutine: dict[Any, bool] = {}
+
+    def ensure_sync(self, func: Callable) -> Callable:
+        key = getattr(func, "__func__", func)
+        if not isinstance(key, types.FunctionType):
+            return super().ensure_sync(func)
+        coroutine = self._coroutine.get(key)
+        if coroutine is None:
+            coroutine = self._coroutine[key] = inspect.iscoroutinefunction(func)
+        return super().ensure_sync(func) if coroutine else func
+
 
 class ProblemApi(flask_smorest.Api):
     """flask-smorest's Api, answering and documenting errors as problem+json."""
@@ -145,7 +169,7 @@ def create_service_app(
     or ``None`` when the token is not valid. ``internal_token`` guards
     ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
     """
-    app = Flask(name)
+    app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
     database.init_app(app)
     register_error_handlers(app)

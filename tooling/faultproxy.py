@@ -27,6 +27,7 @@ client's connection is aborted, as it would be without a proxy.
 from __future__ import annotations
 
 import enum
+import functools
 import http.client
 import json
 import random
@@ -80,16 +81,38 @@ class Request:
 
     @property
     def object_id(self) -> str | None:
-        """What the request is about: a create's body ``id``, else the last UUID in the path."""
-        if self.body:
-            try:
-                payload = json.loads(self.body)
-            except ValueError:
-                payload = None
-            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
-                return payload["id"].lower()
+        """What the request is about: a create's body ``id``, else the last UUID in the path
+        (None for a batch: see :attr:`object_ids`)."""
+        payload = self._payload()
+        if isinstance(payload, dict) and isinstance(payload.get("id"), str):
+            return payload["id"].lower()
+        if self.is_batch:
+            return None
         ids = UUID_IN_PATH.findall(self.path)
         return ids[-1].lower() if ids else None
+
+    @property
+    def is_batch(self) -> bool:
+        return self.path.endswith("/batch")
+
+    @functools.cached_property
+    def object_ids(self) -> tuple[str, ...]:
+        """Every object the request is about: a batch's item IDs in order, else its one object_id."""
+        if not self.is_batch:
+            return () if self.object_id is None else (self.object_id,)
+        payload = self._payload()
+        items = payload.get("items") if isinstance(payload, dict) else None
+        if not isinstance(items, list):
+            return ()
+        return tuple(item["id"].lower() for item in items if isinstance(item, dict) and isinstance(item.get("id"), str))
+
+    def _payload(self) -> Any:
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
 
     def header(self, name: str) -> str | None:
         return next((value for key, value in self.headers if key.lower() == name.lower()), None)
@@ -133,6 +156,29 @@ class Exchange:
             return json.loads(self.body) if self.body else None
         except ValueError:
             return None
+
+    @property
+    def object_ids(self) -> tuple[str, ...]:
+        return self.request.object_ids
+
+    def statuses(self) -> dict[str, int]:
+        """The upstream's answer per object: a batch's per-item statuses, else the one status.
+
+        Empty when there was no answer (or a batch answered something other than its results).
+        For a batch item repeated within the call, its first result.
+        """
+        if self.status is None:
+            return {}
+        if not self.request.is_batch:
+            return {} if self.object_id is None else {self.object_id: self.status}
+        answer = self.answer() if self.status == 200 else None
+        results = answer.get("results") if isinstance(answer, dict) else None
+        if not isinstance(results, list) or len(results) != len(self.object_ids):
+            return {object_id: self.status for object_id in self.object_ids} if self.status != 200 else {}
+        statuses: dict[str, int] = {}
+        for object_id, result in zip(self.object_ids, results):
+            statuses.setdefault(object_id, result.get("status") if isinstance(result, dict) else None)
+        return statuses
 
 
 class Plan:
@@ -179,7 +225,7 @@ class Rule:
             (self.times is None or self.times > 0)
             and (self.method is None or request.method == self.method.upper())
             and (self.path is None or re.fullmatch(self.path, request.path) is not None)
-            and (self.object_id is None or (request.object_id or "").lower() == str(self.object_id).lower())
+            and (self.object_id is None or str(self.object_id).lower() in request.object_ids)
         )
 
 

@@ -150,8 +150,8 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     assert left_pending >= 3 * OUTAGE_CREATES  # the outages left work for the reconciler
     # The held pushes, finished by the reconciler: one created, one replayed.
     dropped_id, late_id = (request.object_id for request in held)
-    assert [e.status for e in log if e.object_id == dropped_id and e.delivered] == [201]
-    assert [e.status for e in log if e.object_id == late_id and e.delivered] == [200]
+    assert [e.statuses()[dropped_id] for e in log if dropped_id in e.object_ids and e.delivered] == [201]
+    assert [e.statuses()[late_id] for e in log if late_id in e.object_ids and e.delivered] == [200]
     # cluster_svc answered 5xx only while its database was down, and as problem+json.
     failures = [e for e in log if e.status is not None and e.status >= 500]
     assert all(pg_down - 1 <= e.received <= pg_up + 2 for e in failures), failures

@@ -139,32 +139,40 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
 
 
 def test_a_push_held_past_its_lease_delays_no_other_row(pair):
+    """A batch call that hangs holds its own rows only: with --batch 5, the
+    unit holding the held ID waits, every other unit goes through."""
     pair.stop_cluster_svc()
-    held_id, *others = create_pending(pair, 21)
+    held_id, *rest = create_pending(pair, 21)
     pair.restart_cluster_svc()
 
     with FaultProxy(pair.cluster_svc.url) as proxy:
         hold = proxy.hold(method="POST", object_id=held_id)
         # --push-timeout 0.5: one push lasts at most 5 s, so a row's lease is 10 s.
         env = {"CLUSTER_SVC_URL": proxy.url}
-        with reconciler(pair, "--concurrency", "4", "--push-timeout", "0.5", env=env):
-            hold.wait_held(timeout=30)
+        with reconciler(pair, "--concurrency", "4", "--batch", "5", "--push-timeout", "0.5", env=env):
+            held = set(hold.wait_held(timeout=30).object_ids)
             held_since = time.monotonic()
+            others = {held_id, *rest} - held
+            assert held_id in held and 0 < len(held) <= 5
             wait_for(
                 lambda: all(states(pair)[object_id] == "synced" for object_id in others),
                 timeout=15,
                 what="the other rows synced while one push is held",
             )
             others_done_in = time.monotonic() - held_since
-            # Keep it held for longer than its lease; its row is still not synced.
+            # Keep it held for longer than its lease; its rows are still not synced.
             wait_for(lambda: time.monotonic() - held_since > 12, timeout=20, what="the hold outlasting the lease")
-            assert states(pair)[held_id] == "pending"
+            assert {states(pair)[object_id] for object_id in held} == {"pending"}
             assert pair.platform_rows("clusters")[held_id]["attempts"] >= 1  # timed out, retried, held again
             hold.release()
-            wait_for(lambda: states(pair)[held_id] == "synced", timeout=30, what="the held row synced after release")
+            wait_for(
+                lambda: all(states(pair)[object_id] == "synced" for object_id in held),
+                timeout=30,
+                what="the held rows synced after release",
+            )
 
     assert others_done_in < 10, f"the other rows waited {others_done_in:.1f} s"
-    assert set(pair.cluster_svc_rows("clusters")) == {held_id, *others}
+    assert set(pair.cluster_svc_rows("clusters")) == {held_id, *rest}
     pair.assert_downstream_matches()
 
 

@@ -46,8 +46,9 @@ def claim_one(database, kind, object_id):
 
 
 def push_claimed(pusher, kind, row, *, push_by=None):
-    """What a reconciler's worker does with one claimed row."""
-    return pusher.push_claimed(Claim(kind, row, time.monotonic() + 60 if push_by is None else push_by))
+    """What a reconciler's worker does with one claimed row (a unit of one)."""
+    rows = pusher.push_claimed(Claim(kind, (row,), time.monotonic() + 60 if push_by is None else push_by))
+    return None if rows is None else rows[0]
 
 
 # Inline ------------------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""Recording what a push did: the row's new sync state, and its lease given back.
+
+The *recording* piece of :mod:`platform_svc.sync`. One answer decides one
+*change* (:func:`change_for`); :func:`record` stores the change of one row (the
+inline push, one prebuilt UPDATE per kind of change) and :func:`record_many`
+the changes of a whole unit of work (a reconciler's batch of creates) with one
+UPDATE ... FROM unnest(...), each row with its own outcome. Both keep the same
+two rules:
+
+- the lease is released only if it is still ours: a push that outlived it
+  must not free a row another pusher has claimed since;
+- ``synced_generation`` only moves forward (``greatest``), so a late answer
+  cannot undo a newer one.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Integer,
+    Interval,
+    String,
+    Table,
+    bindparam,
+    case,
+    cast,
+    func,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import RowMapping
+
+from shared.client import Answer, Outcome
+
+if TYPE_CHECKING:
+    from platform_svc.sync import Kind, RetryPolicy
+
+CONFIRMED = "confirmed"  # created or updated downstream: synced_generation moves up
+DELETE_CONFIRMED = "delete_confirmed"
+FAILED = "failed"  # a permanent answer
+FAILED_UNLESS_DELETED = "failed_unless_deleted"  # a refused create/update: fine if the row was deleted since
+DUE_NOW = "due_now"  # an inline push's transient failure: the reconciler takes it at once
+RETRY_LATER = "retry_later"  # a reconciler push's transient failure: back off
+RELEASED = "released"  # not pushed at all: only the lease goes back
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one answer does to its row."""
+
+    kind: str
+    confirmed: int | None = None  # CONFIRMED: the generation cluster_svc holds
+    attempts: int | None = None  # RETRY_LATER: transient failures so far
+    delay: timedelta | None = None  # RETRY_LATER: until the next try
+
+
+def change_for(row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
+    """The change ``answer`` makes to ``row``.
+
+    An inline push is a bonus attempt: its transient failure leaves the row due
+    at once for the reconciler, without spending one of its attempts.
+    """
+    if answer.outcome is Outcome.DONE:
+        if row["deleted_at"] is not None:
+            return Change(DELETE_CONFIRMED)
+        return Change(CONFIRMED, confirmed=(answer.body or {}).get("generation", row["generation"]))
+    if answer.outcome is Outcome.PERMANENT:
+        # A create or update refused because the row was deleted meanwhile (a
+        # 410 because its cluster was deleted, say) is judged on the row as it
+        # is now: the delete is what is wanted and goes next, so the row stays
+        # pending. A refused delete is a failure like any other.
+        return Change(FAILED if row["deleted_at"] is not None else FAILED_UNLESS_DELETED)
+    if inline:
+        return Change(DUE_NOW)
+    attempts = row["attempts"] + 1
+    return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts))
+
+
+def record(
+    *, db_session: Connection, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
+) -> RowMapping:
+    """Store the outcome of one push and release the lease; return the new row."""
+    change = change_for(row, answer, retry, inline=inline)
+    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": answer.reason}
+    if change.kind == CONFIRMED:
+        params["b_confirmed"] = change.confirmed
+    elif change.kind == RETRY_LATER:
+        params["b_attempts"], params["b_delay"] = change.attempts, change.delay
+    return db_session.execute(_record_statement(kind.resource.table, change.kind), params).mappings().one()
+
+
+def record_many(
+    *,
+    db_session: Connection,
+    kind: Kind,
+    rows: Sequence[RowMapping],
+    answers: Sequence[Answer | None],
+    retry: RetryPolicy,
+) -> list[RowMapping]:
+    """Store each row's outcome (an answer, or None: not pushed, only released) with one statement.
+
+    The reconciler's recording of a unit of work. Returns the new rows in the
+    order of ``rows``.
+    """
+    changes = [
+        Change(RELEASED) if answer is None else change_for(row, answer, retry, inline=False)
+        for row, answer in zip(rows, answers, strict=True)
+    ]
+    params = {
+        "ids": [row["id"] for row in rows],
+        "leases": [row["lease_until"] for row in rows],
+        "changes": [change.kind for change in changes],
+        "confirmed": [change.confirmed for change in changes],
+        "reasons": [None if answer is None else answer.reason for answer in answers],
+        "attempts": [change.attempts for change in changes],
+        "delays": [change.delay for change in changes],
+    }
+    stored = db_session.execute(_record_many_statement(kind.resource.table), params).mappings().all()
+    by_id = {row["id"]: row for row in stored}
+    return [by_id[row["id"]] for row in rows]
+
+
+def release_many(*, db_session: Connection, kind: Kind, rows: Sequence[RowMapping]) -> list[RowMapping]:
+    """Give the leases of unpushed rows back (only where still ours), due as they were."""
+    return record_many(db_session=db_session, kind=kind, rows=rows, answers=[None] * len(rows), retry=None)
+
+
+@functools.lru_cache(maxsize=None)
+def _record_statement(table: Table, change: str) -> Any:
+    """The UPDATE that records one kind of change for one row, built once (bound parameters ``b_*``)."""
+    now = func.now()
+    values: dict[str, Any] = {
+        "lease_until": case((table.c.lease_until == bindparam("b_lease"), None), else_=table.c.lease_until),
+    }
+    reason = bindparam("b_reason", type_=String())
+    if change in (CONFIRMED, DELETE_CONFIRMED):
+        values.update(attempts=0, sync_error=None, sync_failed_at=None, synced_at=now)
+        if change == DELETE_CONFIRMED:
+            values["delete_synced_at"] = now
+        else:
+            confirmed = bindparam("b_confirmed", type_=Integer())
+            values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
+    elif change == FAILED:
+        values.update(sync_failed_at=now, sync_error=reason)
+    elif change == FAILED_UNLESS_DELETED:
+        values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
+    elif change == DUE_NOW:
+        values.update(sync_error=reason, next_attempt_at=now)
+    elif change == RETRY_LATER:
+        values.update(
+            sync_error=reason,
+            next_attempt_at=now + bindparam("b_delay", type_=Interval()),
+            attempts=bindparam("b_attempts", type_=Integer()),
+        )
+    return update(table).where(table.c.id == bindparam("b_id")).values(values).returning(*table.c)
+
+
+@functools.lru_cache(maxsize=None)
+def _record_many_statement(table: Table) -> Any:
+    """One UPDATE ... FROM unnest(arrays) for any number of rows, each with its own change.
+
+    The same column values as :func:`_record_statement`, chosen per row by its
+    ``change``. Arrays are cast explicitly: a column of NULLs has no type of
+    its own.
+    """
+    arrays = {
+        "id": cast(bindparam("ids"), ARRAY(table.c.id.type)),
+        "lease": cast(bindparam("leases"), ARRAY(DateTime(timezone=True))),
+        "change": cast(bindparam("changes"), ARRAY(String())),
+        "confirmed": cast(bindparam("confirmed"), ARRAY(Integer())),
+        "reason": cast(bindparam("reasons"), ARRAY(String())),
+        "attempts": cast(bindparam("attempts"), ARRAY(Integer())),
+        "delay": cast(bindparam("delays"), ARRAY(Interval())),
+    }
+    outcome = func.unnest(*arrays.values()).table_valued(*arrays).render_derived(name="outcome")
+    now, t, o = func.now(), table.c, outcome.c
+    done = o.change.in_((CONFIRMED, DELETE_CONFIRMED))
+    values = {
+        "lease_until": case((t.lease_until == o.lease, None), else_=t.lease_until),
+        "attempts": case((done, 0), (o.change == RETRY_LATER, o.attempts), else_=t.attempts),
+        "sync_error": case((done, None), (o.change == RELEASED, t.sync_error), else_=o.reason),
+        "sync_failed_at": case(
+            (done, None),
+            (o.change == FAILED, now),
+            (o.change == FAILED_UNLESS_DELETED, case((t.deleted_at.is_(None), now), else_=None)),
+            else_=t.sync_failed_at,
+        ),
+        "synced_at": case((done, now), else_=t.synced_at),
+        "delete_synced_at": case((o.change == DELETE_CONFIRMED, now), else_=t.delete_synced_at),
+        "synced_generation": case(
+            (o.change == CONFIRMED, func.greatest(t.synced_generation, o.confirmed)), else_=t.synced_generation
+        ),
+        "next_attempt_at": case(
+            (o.change == DUE_NOW, now), (o.change == RETRY_LATER, now + o.delay), else_=t.next_attempt_at
+        ),
+    }
+    return update(table).where(t.id == o.id).values(values).returning(*table.c)
