@@ -138,7 +138,7 @@ FORWARDED_HEADERS = ("authorization", "content-type", "accept")
 
 
 class RecordingProxy:
-    """An HTTP proxy to cluster_svc that records when each call started and ended."""
+    """An HTTP proxy to cluster_svc that records when each call started and ended (each item of a batch as one)."""
 
     def __init__(self, target: str, latency: float = 0.02) -> None:
         self.target = target
@@ -164,16 +164,17 @@ class RecordingProxy:
                     timeout=30,
                 )
                 ended = time.monotonic()
-                object_id = json.loads(body).get("id") if body else self.path.rsplit("/", 1)[-1]
+                payload = json.loads(body) if body else None
+                if isinstance(payload, dict) and "items" in payload:  # a batch create: each item is a call
+                    results = upstream.json()["results"]
+                    objects = [(item["id"], result["status"]) for item, result in zip(payload["items"], results)]
+                else:
+                    object_id = payload.get("id") if payload else self.path.rsplit("/", 1)[-1]
+                    objects = [(object_id, upstream.status_code)]
                 with proxy.lock:
-                    proxy.calls.append(
-                        {
-                            "method": self.command,
-                            "id": object_id,
-                            "start": started,
-                            "end": ended,
-                            "status": upstream.status_code,
-                        }
+                    proxy.calls.extend(
+                        {"method": self.command, "id": object_id, "start": started, "end": ended, "status": status}
+                        for object_id, status in objects
                     )
                 self.send_response(upstream.status_code)
                 for name in ("Content-Type", "Location", "Idempotent-Replayed", "Retry-After"):
