@@ -164,17 +164,26 @@ class RecordingProxy:
                     timeout=30,
                 )
                 ended = time.monotonic()
-                object_id = json.loads(body).get("id") if body else self.path.rsplit("/", 1)[-1]
+                payload = json.loads(body) if body else None
+                if self.path.endswith("/batch"):  # one record per item, with the item's own status
+                    ids = [item["id"] for item in payload["items"]]
+                    results = upstream.json()["results"] if upstream.status_code == 200 else None
+                    statuses = [r["status"] for r in results] if results else [upstream.status_code] * len(ids)
+                else:
+                    ids = [payload.get("id") if payload else self.path.rsplit("/", 1)[-1]]
+                    statuses = [upstream.status_code]
                 with proxy.lock:
-                    proxy.calls.append(
+                    proxy.calls += [
                         {
                             "method": self.command,
                             "id": object_id,
                             "start": started,
                             "end": ended,
-                            "status": upstream.status_code,
+                            "status": status,
+                            "batch": len(ids),
                         }
-                    )
+                        for object_id, status in zip(ids, statuses)
+                    ]
                 self.send_response(upstream.status_code)
                 for name in ("Content-Type", "Location", "Idempotent-Replayed", "Retry-After"):
                     if name in upstream.headers:
@@ -255,6 +264,7 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
             assert later["start"] >= earlier["end"], f"two POSTs of {object_id} in flight at once"
     assert Counter(len(calls) for calls in posts.values()) == {1: 200}  # exactly one POST per ID
     assert Counter(call["status"] for call in proxy.calls) == {201: 200}
+    assert max(call["batch"] for call in proxy.calls) > 1  # the creates went down in batches
 
 
 # The long-running reconciler ------------------------------------------------------
