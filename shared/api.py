@@ -13,7 +13,7 @@ import json
 import types
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import flask_smorest
 from flask import Flask, Response, g, request, send_from_directory
@@ -46,7 +46,7 @@ class ServiceFlask(Flask):
     per request). Anything else is asked every time, as before.
     """
 
-    _coroutine: dict[Any, bool] = {}
+    _coroutine: ClassVar[dict[Any, bool]] = {}
 
     def ensure_sync(self, func: Callable) -> Callable:
         key = getattr(func, "__func__", func)

@@ -160,10 +160,11 @@ def test_a_push_held_past_its_lease_delays_no_other_row(pair):
                 what="the other rows synced while one push is held",
             )
             others_done_in = time.monotonic() - held_since
-            # Keep it held for longer than its lease; its rows are still not synced.
+            # Keep it held for longer than its lease. Its call timed out and its rows backed
+            # off, each on its own jittered delay, so they go down again in other units
+            # (a different body, which the hold does not keep) and are not stuck behind it.
             wait_for(lambda: time.monotonic() - held_since > 12, timeout=20, what="the hold outlasting the lease")
-            assert {states(pair)[object_id] for object_id in held} == {"pending"}
-            assert pair.platform_rows("clusters")[held_id]["attempts"] >= 1  # timed out, retried, held again
+            assert pair.platform_rows("clusters")[held_id]["attempts"] >= 1  # timed out, retried
             hold.release()
             wait_for(
                 lambda: all(states(pair)[object_id] == "synced" for object_id in held),

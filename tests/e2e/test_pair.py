@@ -165,17 +165,25 @@ class RecordingProxy:
                 )
                 ended = time.monotonic()
                 payload = json.loads(body) if body else None
-                if isinstance(payload, dict) and "items" in payload:  # a batch create: each item is a call
-                    results = upstream.json()["results"]
-                    objects = [(item["id"], result["status"]) for item, result in zip(payload["items"], results)]
+                if self.path.endswith("/batch"):  # one record per item, with the item's own status
+                    ids = [item["id"] for item in payload["items"]]
+                    results = upstream.json()["results"] if upstream.status_code == 200 else None
+                    statuses = [r["status"] for r in results] if results else [upstream.status_code] * len(ids)
                 else:
-                    object_id = payload.get("id") if payload else self.path.rsplit("/", 1)[-1]
-                    objects = [(object_id, upstream.status_code)]
+                    ids = [payload.get("id") if payload else self.path.rsplit("/", 1)[-1]]
+                    statuses = [upstream.status_code]
                 with proxy.lock:
-                    proxy.calls.extend(
-                        {"method": self.command, "id": object_id, "start": started, "end": ended, "status": status}
-                        for object_id, status in objects
-                    )
+                    proxy.calls += [
+                        {
+                            "method": self.command,
+                            "id": object_id,
+                            "start": started,
+                            "end": ended,
+                            "status": status,
+                            "batch": len(ids),
+                        }
+                        for object_id, status in zip(ids, statuses)
+                    ]
                 self.send_response(upstream.status_code)
                 for name in ("Content-Type", "Location", "Idempotent-Replayed", "Retry-After"):
                     if name in upstream.headers:
@@ -256,6 +264,7 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
             assert later["start"] >= earlier["end"], f"two POSTs of {object_id} in flight at once"
     assert Counter(len(calls) for calls in posts.values()) == {1: 200}  # exactly one POST per ID
     assert Counter(call["status"] for call in proxy.calls) == {201: 200}
+    assert max(call["batch"] for call in proxy.calls) > 1  # the creates went down in batches
 
 
 # The long-running reconciler ------------------------------------------------------

@@ -27,6 +27,19 @@ def proxied_pusher(platform_database, cluster_svc):
         client.close()
 
 
+def record_pending(database, account, kind, count, **values):
+    """``count`` objects recorded as the platform records intent, never pushed (pending, no lease): their IDs."""
+    body = cluster_body() if kind is CLUSTER else rule_body()
+    with database.begin() as db_session:
+        return [
+            str(services.create_object(
+                db_session=db_session, resource=kind.resource, values={**body, "account_id": account[0], **values},
+                idempotency_key=None, lease=timedelta(0),
+            )[0]["id"])
+            for _ in range(count)
+        ]
+
+
 def claim(database, kind, object_id):
     with database.begin() as db_session:
         return services.claim(
@@ -58,10 +71,10 @@ def test_units_put_creates_of_one_collection_together_and_every_other_row_alone(
 
 
 def test_a_batch_of_creates_is_one_call_and_one_recording_statement_and_a_409_fails_only_its_row(
-    offline_client, cluster_svc, platform_database, platform_engine, downstream_engine, proxied_pusher
+    account, cluster_svc, platform_database, platform_engine, downstream_engine, proxied_pusher
 ):
     pusher, proxy = proxied_pusher
-    ids = [offline_client.post("/v1/clusters", json=cluster_body(name=f"batch-{n}")).get_json()["id"] for n in range(5)]
+    ids = record_pending(platform_database, account, CLUSTER, 5, name="batch-0")
     squatter = {**cluster_body(region="us-east-1"), "id": ids[2], "team_id": ids[2]}
     headers = {"Authorization": f"Bearer {TOKEN}"}
     assert requests.post(f"{cluster_svc.url}/v1/clusters", json=squatter, headers=headers, timeout=10).status_code == 201
@@ -86,28 +99,28 @@ def test_a_batch_of_creates_is_one_call_and_one_recording_statement_and_a_409_fa
 
 
 def test_a_rule_batch_whose_cluster_is_missing_downstream_backs_off_each_rule(
-    client, offline_client, platform_database, proxied_pusher
+    account, platform_database, proxied_pusher
 ):
     """404 on a rule create is transient (the cluster is not there yet): every
     rule backs off with its own attempt count; none is failed."""
     pusher, proxy = proxied_pusher
-    cluster = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
-    rules = [client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body()).get_json() for _ in range(3)]
-    rows = sorted((claim(platform_database, FIREWALL_RULE, rule["id"]) for rule in rules), key=lambda row: row["id"])
+    [cluster_id] = record_pending(platform_database, account, CLUSTER, 1)
+    rules = record_pending(platform_database, account, FIREWALL_RULE, 3, cluster_id=uuid.UUID(cluster_id))
+    rows = sorted((claim(platform_database, FIREWALL_RULE, rule_id) for rule_id in rules), key=lambda row: row["id"])
 
     recorded = pusher.push_claimed(Claim(FIREWALL_RULE, tuple(rows), time.monotonic() + 60))
 
-    assert [e.path for e in proxy.log] == [f"/v1/clusters/{cluster['id']}/firewall-rules/batch"]
+    assert [e.path for e in proxy.log] == [f"/v1/clusters/{cluster_id}/firewall-rules/batch"]
     for row in recorded:
         assert (row["sync_state"], row["attempts"], row["lease_until"]) == ("pending", 1, None)
         assert "404 not_found" in row["sync_error"]
 
 
 def test_a_unit_whose_lease_ran_short_is_released_unpushed_with_one_statement(
-    offline_client, platform_database, platform_engine, proxied_pusher
+    account, platform_database, platform_engine, proxied_pusher
 ):
     pusher, proxy = proxied_pusher
-    ids = [offline_client.post("/v1/clusters", json=cluster_body()).get_json()["id"] for _ in range(3)]
+    ids = record_pending(platform_database, account, CLUSTER, 3)
     rows = tuple(claim(platform_database, CLUSTER, object_id) for object_id in ids)
     counter = StatementCounter(platform_database.engine)
 
