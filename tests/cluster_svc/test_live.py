@@ -95,6 +95,14 @@ def test_concurrent_deletes_of_one_cluster_delete_it_once(live, engine):
     assert deleted_at is not None
 
 
+def live_rules(engine, cluster_id) -> int:
+    """How many firewall rules of the cluster are alive in the database."""
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM firewall_rules WHERE cluster_id = :id AND deleted_at IS NULL"), {"id": cluster_id}
+        ).scalar()
+
+
 def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, engine):
     created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(), headers=AUTH, timeout=10)
     assert created.status_code == 201
@@ -117,12 +125,7 @@ def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, eng
         if response.status_code == 201:
             rule_url = f"{cluster_url}/firewall-rules/{response.json()['id']}"
             assert requests.get(rule_url, headers=AUTH, timeout=10).status_code == 410
-    with engine.connect() as conn:
-        alive = conn.execute(
-            text("SELECT count(*) FROM firewall_rules WHERE cluster_id = :id AND deleted_at IS NULL"),
-            {"id": created.json()["id"]},
-        ).scalar()
-    assert alive == 0
+    assert live_rules(engine, created.json()["id"]) == 0
 
 
 def test_concurrent_overlapping_batches_create_each_id_exactly_once(live, engine):
@@ -174,12 +177,7 @@ def test_rule_batches_racing_their_clusters_delete_leave_no_rule_alive(live, eng
     assert all(getattr(response, "status_code", None) == 200 for response in responses[1:]), responses
     items = Counter(result["status"] for response in responses[1:] for result in response.json()["results"])
     assert set(items) <= {201, 200, 410}, items
-    with engine.connect() as conn:
-        alive = conn.execute(
-            text("SELECT count(*) FROM firewall_rules WHERE cluster_id = :id AND deleted_at IS NULL"),
-            {"id": created.json()["id"]},
-        ).scalar()
-    assert alive == 0
+    assert live_rules(engine, created.json()["id"]) == 0
 
 
 def test_the_client_classifies_each_item_of_a_live_batch(live):
