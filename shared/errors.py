@@ -194,7 +194,7 @@ def _database_error(error: sa_exc.SQLAlchemyError) -> Response:
     return problem(
         503,
         "unavailable",
-        "The database cannot be reached right now; nothing was stored. Try again shortly.",
+        "The database cannot be reached right now. Try again shortly.",
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
 
