@@ -160,11 +160,13 @@ def test_a_push_held_past_its_lease_delays_no_other_row(pair):
                 what="the other rows synced while one push is held",
             )
             others_done_in = time.monotonic() - held_since
-            # Keep it held for longer than its lease. Its call timed out and its rows backed
-            # off, each on its own jittered delay, so they go down again in other units
-            # (a different body, which the hold does not keep) and are not stuck behind it.
+            # Keep it held for longer than its lease. Its call timed out and was recorded:
+            # the held rows backed off, each on its own jittered delay. Mostly they go
+            # down together again (the same body, which the hold keeps too); if the
+            # jitter split them, they went in other calls and are synced already.
             wait_for(lambda: time.monotonic() - held_since > 12, timeout=20, what="the hold outlasting the lease")
-            assert pair.platform_rows("clusters")[held_id]["attempts"] >= 1  # timed out, retried
+            row = pair.platform_rows("clusters")[held_id]
+            assert row["attempts"] >= 1 or row["sync_state"] == "synced", row  # not stuck behind the call
             hold.release()
             wait_for(
                 lambda: all(states(pair)[object_id] == "synced" for object_id in held),
