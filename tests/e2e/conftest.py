@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,17 @@ def cluster_body(**overrides):
     body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
     body.update(overrides)
     return body
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> object:
+    """Poll ``condition`` until it returns something truthy (and return that); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)
 
 
 class Pair:
@@ -100,6 +116,26 @@ class Pair:
             text=True,
             timeout=timeout,
         )
+
+    @contextmanager
+    def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+        """``platform-svc reconcile ARGS`` running until the block ends (stopped with SIGTERM, exit 0)."""
+        with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would block its logging
+            process = subprocess.Popen(
+                [console_script("platform-svc"), "reconcile", *args],
+                env={**os.environ, **self.platform_env, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                yield process
+            finally:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=60)
+                log.seek(0)
+                output = log.read().decode(errors="replace")
+                assert process.returncode == 0, output[-5000:]
 
     # The public API --------------------------------------------------------
 

@@ -1,9 +1,6 @@
 """Reading /metrics the way Prometheus does, with prometheus-client's own parser."""
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,15 +29,3 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def series(samples: Samples, name: str, **labels: str) -> dict[frozenset, float]:
     wanted = set(labels.items())
     return {sample_labels: v for (n, sample_labels), v in samples.items() if n == name and wanted <= sample_labels}
-
-
-def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> object:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)

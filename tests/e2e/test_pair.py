@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tooling.testing import console_script, free_port, fresh_database
 from tests.e2e.conftest import cluster_body
+from tooling.testing import console_script, free_port, fresh_database
 
 QUICK = 3.0  # seconds: an inline push gives up after 0.5 s connect timeouts and 2 quick retries
 

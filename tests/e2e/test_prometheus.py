@@ -16,8 +16,7 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.conftest import TOKEN, cluster_body
-from tests.e2e.metrics_helpers import wait_for
+from tests.e2e.conftest import TOKEN, cluster_body, wait_for
 from tooling.testing import console_script, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,7 @@ import requests
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tests.e2e.conftest import TOKEN
-from tests.e2e.metrics_helpers import wait_for
+from tests.e2e.conftest import TOKEN, wait_for
 from tooling import embedded_pg
 from tooling.testing import LiveServer, console_script, fresh_database, own_postgres
 
