@@ -15,6 +15,12 @@ the headers. Past the deadline a read returns end-of-file, so the request
 ends as a client disconnection (Werkzeug answers 400) and the connection is
 closed.
 
+A graceful stop (SIGTERM) finishes the requests in flight and closes idle
+keep-alive connections at once, as a proxy does. gunicorn's gevent worker
+would keep waiting for each idle connection's next request until its
+keep-alive time ran out, so a stop took the whole graceful timeout whenever a
+client (platform_svc's connection pool, say) kept a connection open.
+
 ``AccessLoggedByApp`` is gunicorn's logger minus its access line: the app
 writes one per request itself.
 
@@ -31,7 +37,7 @@ import json
 import socket
 import time
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Self
 
 import gevent
 from gunicorn import glogging, util
@@ -119,7 +125,41 @@ class DeadlineSocket:
         return b""
 
 
+class NextRequestWait:
+    """The wait for a connection's next request: ends silently after ``seconds``
+    (gunicorn then closes the connection), or earlier when :meth:`end_now` is called."""
+
+    def __init__(self, waits: dict[Any, NextRequestWait], seconds: float) -> None:
+        self._waits = waits
+        self._timeout = gevent.Timeout(seconds, False)
+
+    def __enter__(self) -> Self:
+        self._timeout.start()
+        self._waits[gevent.getcurrent()] = self
+        return self
+
+    def __exit__(self, typ, value, tb) -> bool | None:
+        self._waits.pop(gevent.getcurrent(), None)
+        return self._timeout.__exit__(typ, value, tb)  # swallows its own expiry only
+
+    def end_now(self, greenlet: Any) -> None:
+        """End the wait in ``greenlet`` as if it had timed out (unless it has ended meanwhile)."""
+
+        def throw() -> None:
+            # Checked when the hub runs this: by then the greenlet may have got its
+            # request and be handling it, which nothing may interrupt.
+            if self._waits.get(greenlet) is self:
+                greenlet.throw(self._timeout)
+
+        gevent.get_hub().loop.run_callback(throw)
+
+
 class ProblemGeventWorker(GeventWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._served: set[Any] = set()  # connections (their greenlets) that have had a request
+        self._idle: dict[Any, NextRequestWait] = {}  # of those, the ones waiting for the next
+
     def patch(self) -> None:
         super().patch()  # gevent.monkey.patch_all(), before the app is built
         patch_psycopg()  # psycopg2 waits for PostgreSQL through gevent
@@ -129,7 +169,10 @@ class ProblemGeventWorker(GeventWorker):
         super().init_process()
 
     def handle(self, listener, client, addr) -> None:
-        super().handle(listener, DeadlineSocket(client), addr)
+        try:
+            super().handle(listener, DeadlineSocket(client), addr)
+        finally:
+            self._served.discard(gevent.getcurrent())
 
     def handle_request(self, listener_name, req, sock, addr) -> None:
         # Headers are in; the body (read by the app) gets the same time again.
@@ -138,6 +181,28 @@ class ProblemGeventWorker(GeventWorker):
             super().handle_request(listener_name, req, sock, addr)
         finally:
             sock.set_deadline(None)
+            self._served.add(gevent.getcurrent())
+
+    def timeout_ctx(self) -> Any:
+        """The wait for a request line and headers (gunicorn's, bounded by ``keepalive``).
+
+        After a connection's first request it is an idle keep-alive wait, which
+        a graceful stop ends at once. A new connection's first request is
+        still awaited: its client has just connected to send it.
+        """
+        if gevent.getcurrent() in self._served:
+            return NextRequestWait(self._idle, self.cfg.keepalive)
+        return super().timeout_ctx()
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)  # stop accepting and finish what is in flight...
+        gevent.spawn(self._close_idle_connections)  # ...and close idle connections, now and later
+
+    def _close_idle_connections(self) -> None:
+        while True:  # until the worker exits: a request in flight now leaves its connection idle later
+            for greenlet, wait in list(self._idle.items()):
+                wait.end_now(greenlet)
+            gevent.sleep(0.05)
 
 class AccessLoggedByApp(glogging.Logger):
     """gunicorn's logger without its access line: the app writes one per request
