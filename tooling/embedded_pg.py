@@ -34,11 +34,16 @@ def start(pgdata: Path):
 
 
 def stop(server, *, delete: bool = False) -> None:
-    """Stop the server (fast shutdown), and delete its data if asked."""
+    """Stop the server (fast shutdown), and delete its data if asked.
+
+    A server whose data is deleted anyway stops at once (immediate shutdown):
+    its shutdown checkpoint would write out every database a test run made.
+    """
     import pgserver
 
+    mode = "immediate" if delete else "fast"
     try:
-        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+        pgserver.pg_ctl(["-w", "-m", mode, "stop"], pgdata=server.pgdata, user=server.system_user)
     except subprocess.CalledProcessError:
         pass  # already stopped
     if delete:
