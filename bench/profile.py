@@ -68,18 +68,18 @@ INCLUSIVE = [
     ("      marshmallow dump of the response", lambda f: _on(f, "dump", "/marshmallow/schema.py")
      and not _on(f, "parse", "/webargs/core.py")),
     ("    the view, post()", lambda f: _on(f, "post", "_svc/views.py")),
-    ("      transaction(): Session begin, commit, close", lambda f: _on(f, "transaction", "/shared/db.py")),
-    ("        pool checkout incl. pre-ping SELECT 1", lambda f: _in(f, "/sqlalchemy/pool/")),
+    ("      transaction(): connection checkout, BEGIN, COMMIT, checkin", lambda f: _on(f, "transaction", "/shared/db.py")),
+    ("        connection pool (checkout, checkin)", lambda f: _in(f, "/sqlalchemy/pool/")),
     ("        psycopg2 commit (C)", lambda f: f[-1][0] == "do_commit"),
     ("      create_or_return", lambda f: _on(f, "create_or_return", "/shared/idempotent.py")),
-    ("        building the statements (insert().values(), on_conflict, select)",
-     lambda f: _on(f, "create_or_return", "/shared/idempotent.py") and not _in(f, "/sqlalchemy/orm/session.py")),
+    ("        executing the prebuilt statements (SQLAlchemy Core and psycopg2)",
+     lambda f: _on(f, "create_or_return", "/shared/idempotent.py") and _on(f, "execute", "/sqlalchemy/engine/base.py")),
     ("        Session.execute (ORM -> Core -> psycopg2)", lambda f: _on(f, "execute", "/sqlalchemy/orm/session.py")
      and not _on(f, "transaction", "/shared/db.py")),
     ("          cache key / compiled-statement cache", lambda f: _on(f, "_compile_w_cache", "/sqlalchemy/sql/")),
     ("          psycopg2 execute (C)", lambda f: f[-1][0] == "do_execute"),
     ("      url_for (Location header)", lambda f: _on(f, "url_for", "/flask/")),
-    ("psycopg2 C calls, all (execute, commit, ping)", _psycopg2_leaf),
+    ("psycopg2 C calls, all (execute, commit)", _psycopg2_leaf),
     # platform_svc and the reconciler
     ("platform: API-key authentication (its own Session)", lambda f: _on(f, "authenticate", "/platform_svc/")),
     ("platform: create_object (the intent INSERT)", lambda f: _on(f, "create_object", "/platform_svc/services.py")),
