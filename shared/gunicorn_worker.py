@@ -195,14 +195,17 @@ class ProblemGeventWorker(GeventWorker):
         return super().timeout_ctx()
 
     def handle_exit(self, sig, frame) -> None:
+        stopping = not self.alive  # a second SIGTERM: the closing below runs already
         super().handle_exit(sig, frame)  # stop accepting and finish what is in flight...
-        gevent.spawn(self._close_idle_connections)  # ...and close idle connections, now and later
+        if not stopping:
+            gevent.spawn(self._close_idle_connections)  # ...and close idle connections, now and later
 
     def _close_idle_connections(self) -> None:
         while True:  # until the worker exits: a request in flight now leaves its connection idle later
             for greenlet, wait in list(self._idle.items()):
                 wait.end_now(greenlet)
             gevent.sleep(0.05)
+
 
 class AccessLoggedByApp(glogging.Logger):
     """gunicorn's logger without its access line: the app writes one per request
