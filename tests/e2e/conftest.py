@@ -160,6 +160,11 @@ class Pair:
     def cluster_svc_rows(self, table: str) -> dict[str, dict]:
         return _rows(self.cluster_engine, table)
 
+    def all_synced(self) -> bool:
+        """The platform has rows, and every one of them (clusters and rules) is synced."""
+        tables = ("clusters", "firewall_rules")
+        return {row["sync_state"] for table in tables for row in self.platform_rows(table).values()} == {"synced"}
+
     def assert_downstream_matches(self) -> None:
         """Every platform row is synced and cluster_svc holds exactly what it says."""
         for table, fields in (("clusters", CLUSTER_FIELDS), ("firewall_rules", RULE_FIELDS)):

@@ -22,10 +22,6 @@ def states(pair, table: str = "clusters") -> dict[str, str]:
     return {object_id: row["sync_state"] for object_id, row in pair.platform_rows(table).items()}
 
 
-def all_synced(pair) -> bool:
-    return all(state == "synced" for table in ("clusters", "firewall_rules") for state in states(pair, table).values())
-
-
 def create_pending(pair, count: int, prefix: str = "db") -> list[str]:
     ids = []
     for n in range(count):
@@ -60,7 +56,7 @@ def test_an_outage_far_past_any_budget_fails_nothing_and_everything_syncs_after_
         assert "clusters: 0 synced, 6 pending, 0 failed" in status.stdout, status.stdout
 
         pair.restart_cluster_svc()
-        wait_for(lambda: all_synced(pair), timeout=20, what="every row synced after the recovery")
+        wait_for(pair.all_synced, timeout=20, what="every row synced after the recovery")
 
     pair.assert_downstream_matches()
     assert {row["attempts"] for row in pair.platform_rows("clusters").values()} == {0}
@@ -94,7 +90,7 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
 
         pair.restart_cluster_svc()
         recovered = time.monotonic()
-        wait_for(lambda: all_synced(pair), timeout=30, what="every row synced after the recovery")
+        wait_for(pair.all_synced, timeout=30, what="every row synced after the recovery")
         drained_in = time.monotonic() - recovered
 
     assert drained_in < 10, f"{drained_in:.1f} s from recovery to all synced"

@@ -153,8 +153,7 @@ def test_platform_database_stopped_under_traffic_answers_503_never_500_and_loses
     assert per_key == {key: 1 for key in answers}
     # The creates whose push outcome could not be recorded keep their inline lease
     # until it runs out; the reconciler then pushes them, with nobody's help.
-    synced = lambda: all(row["sync_state"] == "synced" for row in pair.platform_rows("clusters").values())  # noqa: E731
     with pair.reconciler("--concurrency", "4"):
-        wait_for(synced, timeout=60, what="every cluster synced by the reconciler")
+        wait_for(pair.all_synced, timeout=60, what="every cluster synced by the reconciler")
     pair.assert_downstream_matches()
     assert len(pair.cluster_svc_rows("clusters")) == len(answers)

@@ -188,11 +188,6 @@ def test_a_requeue_yields_to_a_change_made_since_the_row_was_read(pair):
         database.dispose()
 
 
-def all_synced(pair):
-    tables = ("clusters", "firewall_rules")
-    return {row["sync_state"] for table in tables for row in pair.platform_rows(table).values()} == {"synced"}
-
-
 def test_the_reconciler_repairs_drift_periodically_without_an_operator(pair):
     clusters = [created(pair, "/v1/clusters", cluster_body(name=f"db-{n}")) for n in range(3)]
     rule = created(pair, f"/v1/clusters/{clusters[0]}/firewall-rules", {"cidr": "10.8.0.0/16"})
@@ -220,7 +215,7 @@ def test_the_reconciler_repairs_drift_periodically_without_an_operator(pair):
             assert time.monotonic() < deadline, "the periodic repair did not restore cluster_svc's rows"
             time.sleep(0.1)
         deadline = time.monotonic() + 30
-        while not all_synced(pair):
+        while not pair.all_synced():
             assert time.monotonic() < deadline, "rows were left pending after the repair"
             time.sleep(0.1)
     finally:

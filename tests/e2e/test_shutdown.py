@@ -14,6 +14,8 @@ import signal
 import socket
 import uuid
 
+from sqlalchemy import create_engine
+
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from tooling.testing import LiveServer, console_script, db_row, fresh_database
 
@@ -51,8 +53,6 @@ def keep_alive_connection(port: int) -> socket.socket:
 
 
 def test_sigterm_answers_the_request_in_flight_and_closes_idle_connections_at_once(pg_server_url):
-    from sqlalchemy import create_engine
-
     database_url = fresh_database(pg_server_url, "shutdown", migrations=CLUSTER_MIGRATIONS)
     env = {"CLUSTER_DATABASE_URL": database_url, "INTERNAL_TOKEN": TOKEN}
     argv = [console_script("cluster-svc"), "serve", "--workers", "2", "--read-timeout", str(READ_TIMEOUT)]
