@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 
 from platform_svc.sync import KINDS, Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
+from shared import request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
@@ -224,13 +225,20 @@ class Reconciler:
         return claims
 
     def _work(self, claim: Claim, stop: threading.Event) -> list[str]:
-        """A worker: push one unit and record it; the states its rows reached, if they were pushed."""
+        """A worker: push one unit and record it; the states its rows reached, if they were pushed.
+
+        Each unit is one request: its own request ID goes down with every call
+        it makes and onto every line logged about it, here and in cluster_svc.
+        """
+        token = request_id.bind(request_id.new_request_id())
         try:
             rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
             ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
             _log_failure(f"push of {len(claim.rows)} {claim.kind.resource.name} ({ids})", exc)
             return []
+        finally:
+            request_id.unbind(token)
         return [] if rows is None else [row["sync_state"] for row in rows]
 
     def _woken(self) -> None:

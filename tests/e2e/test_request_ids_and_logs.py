@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
+from sqlalchemy import text
 
 from tests.e2e.conftest import TOKEN, Pair, cluster_body, start_pair
 
@@ -34,6 +35,8 @@ class Flow:
     sent_id_answer: requests.Response
     no_id_answer: requests.Response
     invalid_id_answers: dict[str, requests.Response] = field(default_factory=dict)
+    lost_id: str = ""  # a cluster lost downstream, re-created by `reconcile --once`
+    reconciler_lines: list[str] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +71,28 @@ def flow(pg_server_url, tmp_path_factory):
         requests.get(f"{pair.platform_svc.url}/v1/clusters", headers={"Authorization": "Bearer wrong"}, timeout=10)
         requests.get(f"{pair.cluster_svc.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         pair.api("DELETE", f"/v1/clusters/{cluster_id}")
+        flow.lost_id = lose_downstream_and_change(pair)
+        reconciled = pair.cli("reconcile", "--once")
+        assert reconciled.returncode == 0, reconciled.stderr
+        flow.reconciler_lines = (reconciled.stdout + reconciled.stderr).splitlines()
         pair.platform_svc.stop()
         pair.cluster_svc.stop()
         yield flow
     finally:
         pair.close()
+
+
+def lose_downstream_and_change(pair: Pair) -> str:
+    """A synced cluster that cluster_svc's database lost, then changed here with no inline push: the reconciler's work."""
+    lost_id = pair.api("POST", "/v1/clusters", json=cluster_body()).json()["id"]
+    with pair.cluster_engine.begin() as conn:
+        conn.execute(text("DELETE FROM clusters WHERE id = :id"), {"id": lost_id})
+    with pair.platform_engine.begin() as conn:
+        conn.execute(
+            text("UPDATE clusters SET generation = generation + 1, next_attempt_at = now() WHERE id = :id"),
+            {"id": lost_id},
+        )
+    return lost_id
 
 
 def log_lines(pair, service: str) -> list[str]:
@@ -105,6 +125,21 @@ def test_without_a_request_id_a_new_one_is_made_and_propagated_the_same_way(flow
     assert [line["route"] for line in access_lines(flow.pair, "cluster_svc") if line.get("request_id") == made] == [
         "/v1/clusters"
     ]
+
+
+def test_the_reconciler_sends_one_request_id_per_push_and_logs_its_lines_about_it_with_that_id(flow):
+    [recreating] = [
+        json.loads(line) for line in flow.reconciler_lines if f"{flow.lost_id} is missing downstream" in line
+    ]
+    pushed = recreating["request_id"]
+    assert recreating["service"] == "reconciler"
+    downstream = [
+        (line["method"], line["route"], line["status"])
+        for line in access_lines(flow.pair, "cluster_svc")
+        if line.get("request_id") == pushed
+    ]
+    assert downstream == [("PUT", "/v1/clusters/<object_id:cluster_id>", 404), ("POST", "/v1/clusters", 201)]
+    assert flow.pair.platform_rows("clusters")[flow.lost_id]["sync_state"] == "synced"
 
 
 @pytest.mark.parametrize("name", list(INVALID_IDS))
