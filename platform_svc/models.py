@@ -83,8 +83,10 @@ class Synced:
     def __table_args__(cls):
         return (
             UniqueConstraint("account_id", "idempotency_key"),
-            # The reconciler's work list.
+            # The reconciler's work list; sync-status and the sync_rows gauge count pending rows with it.
             Index(f"ix_{cls.__tablename__}_due", "next_attempt_at", postgresql_where=text("sync_state = 'pending'")),
+            # Failed rows, oldest failure first (sync-status, the sync_rows gauge): few, never a table scan.
+            Index(f"ix_{cls.__tablename__}_failed", "sync_failed_at", postgresql_where=text("sync_state = 'failed'")),
         )
 
 
