@@ -96,8 +96,9 @@ def reconcile(
         retry_after_max=2,
         pool_size=concurrency + 1,
     )
-    # A connection for each worker, the scheduler, the recovery watch and the repair pass.
-    settings = dataclasses.replace(Settings.from_env(), pool_size=concurrency + 3)
+    # A connection for each worker, the scheduler, the recovery watch, the repair
+    # pass and the session that holds the repair lead.
+    settings = dataclasses.replace(Settings.from_env(), pool_size=concurrency + 4)
     if metrics_port is not None:
         from shared.metrics import serve_process_metrics
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from platform_svc.models import Account, Cluster
 from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
@@ -353,19 +353,73 @@ class Repairer:
             after = rows[-1]["id"]
 
 
+# The PostgreSQL advisory lock whose holder runs the periodic passes (any
+# constant the platform's database uses for nothing else).
+REPAIR_LEADER_LOCK = 0x7265_7061_6972  # "repair"
+
+
+class Leadership:
+    """Which of several reconcilers runs the periodic repair passes: the one whose
+    session holds :data:`REPAIR_LEADER_LOCK` on the platform's database.
+
+    The lock is a session advisory lock on a connection kept for it (idle, no
+    transaction open). When the leader stops, crashes or loses its connection,
+    its session ends, the lock is free, and another reconciler takes it at its
+    next interval: one pass per interval among all of them, and never none
+    for long.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._session: Connection | None = None
+        self._told: bool | None = None  # what was last logged: leading or not
+
+    def leads(self) -> bool:
+        """Whether this process leads now, taking the lead if nobody holds it."""
+        try:
+            if self._session is not None:
+                self._session.execute(select(1))  # still our session, so still our lock
+            else:
+                session = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                if session.execute(select(func.pg_try_advisory_lock(REPAIR_LEADER_LOCK))).scalar_one():
+                    self._session = session
+                else:
+                    session.close()
+        except DBAPIError:
+            self.release()  # the session is gone, and the lock with it
+        leading = self._session is not None
+        if leading != self._told:
+            log.info("periodic repair: %s", "this reconciler runs the passes" if leading
+                     else "another reconciler runs the passes; this one takes over when it stops")
+            self._told = leading
+        return leading
+
+    def release(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.invalidate()  # ends the session, and its lock, even when the connection is already broken
+
+
 def run_periodically(repairer: Repairer, interval: float, stop: threading.Event) -> None:
-    """A repair pass every ``interval`` seconds until ``stop`` is set (the reconciler's thread).
+    """A repair pass every ``interval`` seconds until ``stop`` is set (the reconciler's thread),
+    while this reconciler leads (:class:`Leadership`).
 
     The first pass comes one interval after start-up, so reconcilers restarted
     together do not all walk both databases at once.
     """
-    while not stop.wait(interval):
-        try:
-            report = repairer.run(stop=stop)
-        except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: one line, try later
-            log.warning("repair pass stopped: %s", str(exc).splitlines()[0])
-            continue
-        except Exception:
-            log.exception("repair pass failed")
-            continue
-        log.info("%s", report.summary())
+    leadership = Leadership(repairer.database)
+    try:
+        while not stop.wait(interval):
+            if not leadership.leads():
+                continue
+            try:
+                report = repairer.run(stop=stop)
+            except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: one line, try later
+                log.warning("repair pass stopped: %s", str(exc).splitlines()[0])
+                continue
+            except Exception:
+                log.exception("repair pass failed")
+                continue
+            log.info("%s", report.summary())
+    finally:
+        leadership.release()

@@ -123,9 +123,10 @@ class Pair:
         )
 
     @contextmanager
-    def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-        """``platform-svc reconcile ARGS`` running until the block ends (stopped with SIGTERM, exit 0)."""
-        with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would block its logging
+    def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[Reconciler]:
+        """``platform-svc reconcile ARGS`` running until the block ends (then stopped with SIGTERM:
+        exit 0), unless the block ended it itself."""
+        with tempfile.NamedTemporaryFile() as log:  # a file, not a pipe: a full pipe would block its logging
             process = subprocess.Popen(
                 [console_script("platform-svc"), "reconcile", *args],
                 env={**os.environ, **self.platform_env, **(env or {})},
@@ -133,14 +134,14 @@ class Pair:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            reconciler = Reconciler(process, Path(log.name))
             try:
-                yield process
+                yield reconciler
             finally:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=60)
-                log.seek(0)
-                output = log.read().decode(errors="replace")
-                assert process.returncode == 0, output[-5000:]
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGTERM)
+                    process.wait(timeout=60)
+                    assert process.returncode == 0, reconciler.output()[-5000:]
 
     # The public API --------------------------------------------------------
 
@@ -185,6 +186,23 @@ class Pair:
                 assert {f: str(there[f]) for f in fields} == {f: str(row[f]) for f in fields}, (table, object_id)
                 if table == "clusters":
                     assert str(there["team_id"]) == str(row["account_id"])
+
+
+class Reconciler:
+    """A running ``platform-svc reconcile`` (see :meth:`Pair.reconciler`) and what it printed so far."""
+
+    def __init__(self, process: subprocess.Popen, log: Path) -> None:
+        self.process = process
+        self.pid = process.pid
+        self._log = log
+
+    def output(self) -> str:
+        return self._log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean-up of any kind."""
+        os.killpg(self.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
 
 
 def _rows(engine, table: str) -> dict[str, dict]:

@@ -72,7 +72,7 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
     since a test cannot wait that long. The recovery itself is real."""
     pair.stop_cluster_svc()
     created = create_pending(pair, 12)
-    with pair.reconciler() as process:
+    with pair.reconciler() as reconciler:
         wait_for(
             lambda: all(row["attempts"] >= 3 for row in pair.platform_rows("clusters").values()),
             timeout=60,
@@ -86,7 +86,7 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
                 )
             )
         assert set(states(pair).values()) == {"pending"}
-        assert process.poll() is None
+        assert reconciler.process.poll() is None
 
         pair.restart_cluster_svc()
         recovered = time.monotonic()

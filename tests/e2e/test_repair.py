@@ -5,9 +5,7 @@ reconciler bring it back to exactly what the platform holds."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 import uuid
 
 from sqlalchemy import text
@@ -15,7 +13,7 @@ from sqlalchemy import text
 from platform_svc.repair import read_page, requeue
 from platform_svc.sync import CLUSTER
 from shared.db import Database
-from tests.e2e.conftest import CLUSTER_FIELDS, RULE_FIELDS, cluster_body
+from tests.e2e.conftest import CLUSTER_FIELDS, RULE_FIELDS, cluster_body, wait_for
 from tooling.testing import console_script
 
 
@@ -196,37 +194,48 @@ def test_the_reconciler_repairs_drift_periodically_without_an_operator(pair):
     downstream(pair, "DELETE FROM clusters WHERE id = :id", id=clusters[0])
     downstream(pair, "UPDATE clusters SET generation = 1, plan = 'standard-2' WHERE id = :id", id=clusters[1])
 
-    reconciler = subprocess.Popen(
-        [console_script("platform-svc"), "reconcile", "--repair-interval", "0.5"],
-        env={**os.environ, **pair.platform_env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            theirs = pair.cluster_svc_rows("clusters")
-            rules = pair.cluster_svc_rows("firewall_rules")
-            if clusters[0] in theirs and rule in rules and theirs[clusters[1]]["generation"] == 2:
-                break
-            assert reconciler.poll() is None, reconciler.communicate()
-            assert time.monotonic() < deadline, "the periodic repair did not restore cluster_svc's rows"
-            time.sleep(0.1)
-        deadline = time.monotonic() + 30
-        while not pair.all_synced():
-            assert time.monotonic() < deadline, "rows were left pending after the repair"
-            time.sleep(0.1)
-    finally:
-        os.killpg(reconciler.pid, signal.SIGTERM)
-        output, _ = reconciler.communicate(timeout=30)
+    with pair.reconciler("--repair-interval", "0.5") as reconciler:
+        wait_for(
+            lambda: clusters[0] in pair.cluster_svc_rows("clusters")
+            and rule in pair.cluster_svc_rows("firewall_rules")
+            and pair.cluster_svc_rows("clusters")[clusters[1]]["generation"] == 2,
+            timeout=30,
+            what="the periodic repair restoring cluster_svc's rows",
+        )
+        wait_for(pair.all_synced, timeout=30, what="every row synced after the repair")
+        output = reconciler.output()
 
-    assert reconciler.returncode == 0, output
     pair.assert_downstream_matches()
     assert f"repair: missing cluster {clusters[0]}" in output
     assert f"repair: behind cluster {clusters[1]}" in output
     assert "repair: 2 missing, 1 behind" in output
+
+
+def passes(reconciler) -> int:
+    """The periodic repair passes a reconciler finished so far (each ends with its summary line)."""
+    return reconciler.output().count("; compared ")
+
+
+def test_of_several_reconcilers_one_runs_the_periodic_repair_and_another_takes_over_when_it_crashes(pair):
+    clusters = [created(pair, "/v1/clusters", cluster_body(name=f"db-{n}")) for n in range(2)]
+
+    with pair.reconciler("--repair-interval", "0.3") as first, pair.reconciler("--repair-interval", "0.3") as second:
+        wait_for(lambda: "this reconciler runs the passes" in first.output() + second.output(), what="a leader")
+        leader, other = (first, second) if "this reconciler runs the passes" in first.output() else (second, first)
+        wait_for(lambda: "another reconciler runs the passes" in other.output(), what="the other one to defer")
+        done = passes(leader)
+        wait_for(lambda: passes(leader) >= done + 3, what="three more passes by the leader")
+        assert passes(other) == 0  # it tried every interval, and left the passes to the leader
+
+        leader.kill()
+        downstream(pair, "DELETE FROM clusters WHERE id = :id", id=clusters[0])
+        wait_for(lambda: clusters[0] in pair.cluster_svc_rows("clusters"), what="the other one repairing")
+        wait_for(pair.all_synced, what="every row synced after the repair")
+        taken_over = other.output()
+
+    assert "this reconciler runs the passes" in taken_over
+    assert f"repair: missing cluster {clusters[0]}" in taken_over
+    pair.assert_downstream_matches()
 
 
 def test_repair_output_cut_short_still_repairs_everything(pair):
