@@ -12,8 +12,18 @@ from shared.db import Database
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not (a long Retry-After is the reconciler's to wait).
+# A gevent worker pushes for every public write it has in flight, so its pool
+# keeps that many connections to cluster_svc: with 10, every push beyond the
+# tenth opened a connection and dropped it with a WARNING ("Connection pool is
+# full"), hundreds of lines per benchmark run.
 INLINE_POLICY = ClientPolicy(
-    connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5, retry_after_max=1
+    connect_timeout=0.5,
+    read_timeout=1.0,
+    retries=2,
+    backoff_factor=0.1,
+    backoff_max=0.5,
+    retry_after_max=1,
+    pool_size=64,
 )
 
 
