@@ -216,3 +216,18 @@ def db_row(engine: Engine, table: str, object_id: object) -> dict | None:
     with engine.connect() as conn:
         row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": str(object_id)}).mappings().first()
     return None if row is None else dict(row)
+
+
+def schema_drift(database_url: str, metadata: Any) -> list:
+    """What Alembic's autogenerate would change to make a migrated database match ``metadata``: [] when they agree."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+            return compare_metadata(context, metadata)
+    finally:
+        engine.dispose()

@@ -1,23 +1,15 @@
 """The schema the migrations build is the schema the models describe."""
 from __future__ import annotations
 
-from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from cluster_svc.models import Base
+from tooling.testing import schema_drift
 
 
 def test_migrated_schema_matches_the_models(cluster_db_url):
-    engine = create_engine(cluster_db_url)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
-            diff = compare_metadata(context, Base.metadata)
-    finally:
-        engine.dispose()
-
-    assert diff == []
+    assert schema_drift(cluster_db_url, Base.metadata) == []
 
 
 def test_migrations_reach_head_and_create_both_tables(cluster_db_url):
