@@ -380,10 +380,9 @@ class Leadership:
             if self._session is not None:
                 self._session.execute(select(1))  # still our session, so still our lock
             else:
-                session = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                if session.execute(select(func.pg_try_advisory_lock(REPAIR_LEADER_LOCK))).scalar_one():
-                    self._session = session
-                else:
+                self._session = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                if not self._session.execute(select(func.pg_try_advisory_lock(REPAIR_LEADER_LOCK))).scalar_one():
+                    self._session, session = None, self._session
                     session.close()
         except DBAPIError:
             self.release()  # the session is gone, and the lock with it
