@@ -39,7 +39,7 @@ def count_states(*, db_session: Connection, kind: Kind, stalled_after: timedelta
     pending = (
         select(
             func.count().label("pending"),
-            func.count().filter(table.c.updated_at < func.now() - stalled_after).label("stalled"),
+            func.count().filter(_stalled(table, stalled_after)).label("stalled"),
             func.max(func.now() - table.c.updated_at).label("oldest"),
         )
         .where(table.c.sync_state == "pending")
