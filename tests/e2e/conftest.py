@@ -193,7 +193,6 @@ class Reconciler:
 
     def __init__(self, process: subprocess.Popen, log: Path) -> None:
         self.process = process
-        self.pid = process.pid
         self._log = log
 
     def output(self) -> str:
@@ -201,7 +200,7 @@ class Reconciler:
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no clean-up of any kind."""
-        os.killpg(self.pid, signal.SIGKILL)
+        os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
 
 

@@ -231,15 +231,9 @@ def test_the_reconciler_serves_its_push_counts_on_its_metrics_port(pair, tmp_pat
     port = free_port()
     stray_dir = tmp_path / "multiproc"
     stray_dir.mkdir()
-    reconciler = subprocess.Popen(
-        [console_script("platform-svc"), "reconcile", "--metrics-port", str(port)],
-        # A gunicorn metrics directory left in the environment must not capture its counts.
-        env={**os.environ, **pair.platform_env, "HOST": "127.0.0.1", "PROMETHEUS_MULTIPROC_DIR": str(stray_dir)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    # A gunicorn metrics directory left in the environment must not capture its counts.
+    env = {"HOST": "127.0.0.1", "PROMETHEUS_MULTIPROC_DIR": str(stray_dir)}
+    with pair.reconciler("--metrics-port", str(port), env=env):
         url = f"http://127.0.0.1:{port}"
 
         def pushed():
@@ -253,9 +247,6 @@ def test_the_reconciler_serves_its_push_counts_on_its_metrics_port(pair, tmp_pat
         samples = wait_for(pushed, timeout=30, what="the reconciler to count 4 pushes")
         assert value(samples, "sync_pushes_total", outcome="transient") == 0
         assert list(stray_dir.iterdir()) == []
-    finally:
-        os.killpg(reconciler.pid, signal.SIGTERM)
-        reconciler.wait(timeout=30)
     pair.assert_downstream_matches()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tests.e2e.conftest import cluster_body
+from tests.e2e.conftest import cluster_body, wait_for
 from tooling.testing import console_script, free_port, fresh_database
 
 QUICK = 3.0  # seconds: an inline push gives up after 0.5 s connect timeouts and 2 quick retries
@@ -276,25 +275,16 @@ def test_the_running_reconciler_pushes_new_work_and_stops_on_sigterm(pair):
     assert pending["sync_state"] == "pending"
     pair.restart_cluster_svc()
 
-    reconciler = subprocess.Popen(
-        [console_script("platform-svc"), "reconcile"],
-        env={**os.environ, **pair.platform_env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while pair.api("GET", f"/v1/clusters/{pending['id']}").json()["sync_state"] != "synced":
-            assert reconciler.poll() is None, reconciler.communicate()
-            assert time.monotonic() < deadline, "the reconciler did not push the pending cluster"
-            time.sleep(0.1)
-    finally:
-        reconciler.send_signal(signal.SIGTERM)
-        stdout, stderr = reconciler.communicate(timeout=30)
+    with pair.reconciler() as reconciler:  # stopped with SIGTERM at the end of the block, and must exit 0
+        wait_for(
+            lambda: pair.api("GET", f"/v1/clusters/{pending['id']}").json()["sync_state"] == "synced",
+            timeout=30,
+            what="the reconciler pushing the pending cluster",
+        )
+        assert reconciler.process.poll() is None
+        output = reconciler.output()
 
-    assert reconciler.returncode == 0, stderr
-    assert "reconciler running" in stdout
+    assert "reconciler running" in output
     pair.assert_downstream_matches()
 
 
