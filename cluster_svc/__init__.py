@@ -30,7 +30,7 @@ class Settings:
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
-    from cluster_svc.views import blp
+    from cluster_svc.views import blueprint
 
     settings = settings or Settings.from_env()
     database = Database(settings.database_url, pool_size=settings.pool_size)
@@ -47,5 +47,5 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         internal_token=settings.internal_token,
         testing=testing,
     )
-    api.register_blueprint(blp)
+    api.register_blueprint(blueprint())
     return app

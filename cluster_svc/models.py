@@ -15,7 +15,6 @@ from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, Me
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from shared.db import NAMING_CONVENTION
-from shared.idempotent import Resource
 from shared.types import IPNetworkType
 
 
@@ -68,17 +67,3 @@ class FirewallRule(Lifecycle, Base):
         CheckConstraint("generation >= 1", name="generation_positive"),
         Index("ix_firewall_rules_cluster_id", "cluster_id", "id"),
     )
-
-
-CLUSTERS = Resource(
-    name="cluster",
-    table=Cluster.__table__,
-    immutable=("team_id", "region", "postgres_version"),
-)
-FIREWALL_RULES = Resource(
-    name="firewall rule",
-    table=FirewallRule.__table__,
-    immutable=("cluster_id", "cidr"),
-    parent=CLUSTERS,
-    parent_column="cluster_id",
-)

@@ -44,13 +44,14 @@ INCLUDE_DELETED = {
 }
 
 
-class ClusterListArgs(PageArgs):
+class ListArgs(PageArgs):
+    """A bulk listing: every object of one resource, tombstones too on request."""
+
+    include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
+
+
+class ClusterListArgs(ListArgs):
     team_id = ObjectId(load_default=None)
-    include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
-
-
-class FirewallRuleListArgs(PageArgs):
-    include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
 
 
 class _Lifecycle(OutputSchema):
@@ -94,15 +95,6 @@ class FirewallRuleOut(_Lifecycle):
     description = fields.String(**TOMBSTONE_NULL)
 
 
-class FirewallRuleListed(FirewallRuleOut):
-    """A rule in the listing across clusters: with the team that owns its cluster."""
-
-    team_id = fields.UUID(allow_none=True, metadata={"description": "The team of the rule's cluster"})
-
-
-ClusterPage = page_schema(ClusterOut, "ClusterPage")
-FirewallRulePage = page_schema(FirewallRuleOut, "FirewallRulePage")
-FirewallRuleListedPage = page_schema(FirewallRuleListed, "FirewallRuleListedPage")
 
 
 # --- batch create ----------------------------------------------------------
@@ -154,5 +146,32 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
     return request, response
 
 
-ClusterBatchCreate, ClusterBatchResults = batch_schemas(ClusterCreate, ClusterOut, "Cluster")
-FirewallRuleBatchCreate, FirewallRuleBatchResults = batch_schemas(FirewallRuleCreate, FirewallRuleOut, "FirewallRule")
+def resource_schemas(
+    name: str, *, create: type, update: type, out: type, list_args: type = PageArgs
+) -> dict[str, type]:
+    """Every body of one resource's routes, by role, named after ``name`` (its CamelCase key).
+
+    ``create``, ``update`` and ``out`` are the resource's own; the pages, the
+    batch bodies and the bulk listing's are derived from them. ``list_args``:
+    the query of its collection's listing (a root's may filter by more).
+    """
+    batch_create, batch_results = batch_schemas(create, out, name)
+    listed = type(
+        f"{name}Listed",
+        (out,),
+        {
+            "__doc__": "An object in the listing across parents: with the team that owns its tree.",
+            "team_id": fields.UUID(allow_none=True, metadata={"description": "The team that owns it"}),
+        },
+    )
+    return {
+        "create": create,
+        "update": update,
+        "out": out,
+        "list_args": list_args,
+        "page": page_schema(out, f"{name}Page"),
+        "batch_create": batch_create,
+        "batch_results": batch_results,
+        "bulk_args": ListArgs,
+        "bulk_page": page_schema(listed, f"{name}ListedPage"),
+    }

@@ -1,6 +1,12 @@
-"""cluster_svc's HTTP routes. Views translate; services decide.
+"""cluster_svc's HTTP routes, built for every registered resource.
 
-The helpers that turn a service's result into an answer are also where the
+:func:`blueprint` gives each resource of :data:`cluster_svc.resources.RESOURCES`
+the same routes (list, create, batch create, get, put, delete, and for a
+child the bulk listing across parents), on the shared create-or-return
+mechanism: views translate, :mod:`shared.idempotent` decides, and each
+request's transaction is opened and closed here.
+
+The helpers that turn a result into an answer are also where the
 idempotency outcomes are counted (``idempotent_*_total``), once each.
 """
 from __future__ import annotations
@@ -13,49 +19,32 @@ from flask.views import MethodView
 from marshmallow import Schema, ValidationError
 from sqlalchemy import Connection
 
-from cluster_svc import services
-from cluster_svc.schemas import (
-    MAX_BATCH_ITEMS,
-    ClusterBatchCreate,
-    ClusterBatchResults,
-    ClusterCreate,
-    ClusterListArgs,
-    ClusterOut,
-    ClusterPage,
-    ClusterUpdate,
-    FirewallRuleBatchCreate,
-    FirewallRuleBatchResults,
-    FirewallRuleCreate,
-    FirewallRuleListArgs,
-    FirewallRuleListedPage,
-    FirewallRuleOut,
-    FirewallRulePage,
-    FirewallRuleUpdate,
-)
+from cluster_svc.resources import OWNER, RESOURCES
+from cluster_svc.schemas import MAX_BATCH_ITEMS
 from shared.api import Blueprint, created_location, no_content
-from shared.counters import count_create, count_delete, count_update
+from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
 from shared.errors import Gone, IdConflict, PayloadTooLarge, ValidationFailed, problem
-from shared.idempotent import CreateResult, Deletion
+from shared.idempotent import (
+    CreateResult,
+    Deletion,
+    apply_update,
+    create_or_return,
+    create_or_return_many,
+    get_live,
+    list_live,
+    mark_deleted,
+)
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
-from shared.schemas import PageArgs
-
-blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
+from shared.registry import Registry, Resource
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
-# The single creates' schemas, loading each batch item.
-CLUSTER_CREATE = ClusterCreate()
-RULE_CREATE = FirewallRuleCreate()
-CLUSTER, FIREWALL_RULE = "cluster", "firewall_rule"  # the metrics' resource labels
-# A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
-COUNTED_CREATE_OUTCOMES = frozenset({"created", "replayed", "conflict", "gone"})
-
 
 def create_answer(
-    resource: str, create: Callable[[Connection], tuple[Any, bool]]
+    resource: Resource, create: Callable[[Connection], tuple[Any, bool]]
 ) -> tuple[Any, int, dict[str, str]]:
     """Run ``create`` in its own transaction; count its outcome and answer it.
 
@@ -65,12 +54,12 @@ def create_answer(
         with transaction() as db_session:
             row, created = create(db_session)
     except IdConflict:
-        count_create(resource, "conflict")
+        count_create(resource.label, "conflict")
         raise
     except Gone:
-        count_create(resource, "gone")
+        count_create(resource.label, "gone")
         raise
-    count_create(resource, "created" if created else "replayed")
+    count_create(resource.label, "created" if created else "replayed")
     return created_or_replayed(row, created)
 
 
@@ -80,25 +69,25 @@ def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, st
     return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
 
 
-def updated(resource: str, row: Any, applied: bool) -> Any:
+def updated(resource: Resource, row: Any, applied: bool) -> Any:
     """The current state, whether the update applied or was stale (counted as such)."""
-    count_update(resource, "applied" if applied else "stale")
+    count_update(resource.label, "applied" if applied else "stale")
     return row
 
 
-def deleted(resource: str, outcome: Deletion, what: str) -> Response:
+def deleted(resource: Resource, outcome: Deletion, object_id: Any) -> Response:
     """204 the first time; 410 after; 404 (tombstone recorded) for an ID never seen."""
-    count_delete(resource, outcome.value)
+    count_delete(resource.label, outcome.value)
     if outcome is Deletion.DELETED:
         return no_content()
     if outcome is Deletion.ALREADY_DELETED:
-        raise Gone(f"{what} was already deleted.")
+        raise Gone(f"{resource.describe(object_id)} was already deleted.")
     # The view's transaction has committed the new tombstone; this is an answer, not a failure.
-    return problem(404, "not_found", f"{what} does not exist; its ID is now reserved as deleted.")
+    return problem(404, "not_found", f"{resource.describe(object_id)} does not exist; its ID is now reserved as deleted.")
 
 
 def batch_created_or_returned(
-    resource: str, items: Sequence[Any], schema: Schema, create_many: Callable[..., list[CreateResult]]
+    resource: Resource, items: Sequence[Any], schema: Schema, scope: dict[str, Any]
 ) -> dict[str, list[dict[str, Any]]]:
     """Validate each item on its own, create-or-return the valid ones in one
     transaction, and answer one result per item in order (each item counted
@@ -106,7 +95,8 @@ def batch_created_or_returned(
 
     Each item is loaded by the schema of the single create (without webargs'
     per-request machinery) and an invalid one answers the very problem its
-    single create would, in its place.
+    single create would, in its place. A missing or deleted parent refuses
+    every new item, item by item (404 or 410), as each single create would.
     """
     if len(items) > MAX_BATCH_ITEMS:
         raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH_ITEMS:,} items; this one has {len(items):,}.")
@@ -114,15 +104,18 @@ def batch_created_or_returned(
     valid: list[tuple[int, dict[str, Any]]] = []
     for index, item in enumerate(items):
         try:
-            valid.append((index, schema.load(item)))
+            valid.append((index, {**schema.load(item), **scope}))
         except ValidationError as error:
             results[index] = {"status": 422, "problem": ValidationFailed({"json": error.messages}).body()}
     if valid:
         with transaction() as db_session:
-            created = create_many(db_session, [values for _, values in valid])
+            created = create_or_return_many(
+                db_session=db_session, resource=resource, items=[values for _, values in valid]
+            )
         for (index, _), result in zip(valid, created):
-            if result.outcome.value in COUNTED_CREATE_OUTCOMES:
-                count_create(resource, result.outcome.value)
+            # A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
+            if result.outcome.value in CREATE_OUTCOMES:
+                count_create(resource.label, result.outcome.value)
             if result.error is None:
                 results[index] = {"status": result.status, "object": result.row}
             else:
@@ -130,177 +123,181 @@ def batch_created_or_returned(
     return {"results": results}
 
 
-@blp.route("/clusters")
-class Clusters(MethodView):
-    @blp.arguments(ClusterListArgs(), location="query")
-    @blp.response(200, ClusterPage)
-    @blp.problem(401, "No valid internal token")
-    def get(self, args):
-        """List live clusters in id order (keyset pagination); with include_deleted, tombstones too."""
-        with transaction() as db_session:
-            items, next_after = services.list_clusters(db_session=db_session, **args)
-        return {"items": items, "next_after": next_after}
+def page(rows_and_next: tuple[Sequence[Any], Any]) -> dict[str, Any]:
+    items, next_after = rows_and_next
+    return {"items": items, "next_after": next_after}
 
-    @blp.arguments(ClusterCreate())
-    @blp.response(201, ClusterOut, description="Created", headers=CREATED_HEADERS)
-    @blp.alt_response(
-        200, schema=ClusterOut, description="Already existed (Idempotent-Replayed: true)", headers=REPLAYED_HEADERS
-    )
-    @blp.problem(409, "The ID exists with different immutable fields (id_conflict)")
-    @blp.problem(410, "The ID was deleted (gone)")
-    def post(self, cluster_in):
-        """Create a cluster with the caller's ID, or return the one that has it."""
-        return create_answer(
-            CLUSTER, lambda db_session: services.create_cluster(db_session=db_session, cluster_in=cluster_in)
+
+def documented(text: str) -> Callable[[Callable], Callable]:
+    """Give a view function the docstring its OpenAPI summary and description come from."""
+
+    def decorate(function: Callable) -> Callable:
+        function.__doc__ = text
+        return function
+
+    return decorate
+
+
+def blueprint(registry: Registry = RESOURCES) -> Blueprint:
+    """Every route of every resource in ``registry``, on a blueprint of its own (one per app)."""
+    blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
+    for resource in registry:
+        _collection_routes(blp, resource)
+        _item_routes(blp, resource)
+        if resource.parent is not None:
+            _bulk_listing(blp, resource)
+    return blp
+
+
+def _collection_routes(blp: Blueprint, resource: Resource) -> None:
+    schemas, words, parent = resource.schemas, resource.words, resource.parent
+    create_schema = schemas["create"]()
+    immutable = ", ".join(name for name in resource.immutable if name not in resource.scope_columns)
+    no_parent = f"No such {parent.words}" if parent else None
+
+    class Collection(MethodView):
+        @blp.arguments(schemas["list_args"](), location="query")
+        @blp.response(200, schemas["page"])
+        @blp.problem(401, "No valid internal token")
+        @(blp.problem(404, no_parent) if parent else _same)
+        @(blp.problem(410, f"The {parent.words} was deleted") if parent else _same)
+        @documented(
+            f"List live {words}s in id order (keyset pagination); with include_deleted, tombstones too."
+            if parent is None
+            else f"List a {parent.words}'s live {words}s in id order."
         )
+        def get(self, args, **path_ids):
+            scope = resource.scope_from_path(path_ids)
+            filters = {**scope, **{name: args.pop(name) for name in resource.options.get("filters", ())}}
+            with transaction() as db_session:
+                if parent is not None:
+                    get_live(db_session=db_session, resource=parent, object_id=scope[parent.id_column],
+                             scope=_ancestors_of(parent, scope))
+                return page(list_live(
+                    db_session=db_session,
+                    resource=resource,
+                    filters={name: value for name, value in filters.items() if value is not None},
+                    **args,
+                ))
 
-
-@blp.route("/clusters/batch")
-class ClusterBatch(MethodView):
-    @blp.arguments(ClusterBatchCreate())
-    @blp.response(200, ClusterBatchResults, description="One result per item, in order")
-    @blp.problem(413, "More than 1,000 items (payload_too_large)")
-    def post(self, batch):
-        """Create or return up to 1,000 clusters at once.
-
-        One transaction: one INSERT for the new items, one read for those that
-        existed. Each item answers what its single create would have, in order;
-        one bad item never fails the others. An ID repeated within the batch is
-        decided by its first occurrence: identical repeats answer 200,
-        conflicting ones 409.
-        """
-        return batch_created_or_returned(
-            CLUSTER,
-            batch["items"],
-            CLUSTER_CREATE,
-            lambda db_session, items: services.create_clusters(db_session=db_session, clusters_in=items),
+        @blp.arguments(create_schema)
+        @blp.response(201, schemas["out"], description="Created", headers=CREATED_HEADERS)
+        @blp.alt_response(
+            200, schema=schemas["out"], description="Already existed (Idempotent-Replayed: true)",
+            headers=REPLAYED_HEADERS,
         )
-
-
-@blp.route("/firewall-rules")
-class AllFirewallRules(MethodView):
-    @blp.arguments(FirewallRuleListArgs(), location="query")
-    @blp.response(200, FirewallRuleListedPage)
-    @blp.problem(401, "No valid internal token")
-    def get(self, args):
-        """List every cluster's firewall rules in one id order (keyset pagination), each with its team.
-
-        For callers that compare their records with these, such as platform_svc's
-        drift repair; with include_deleted, tombstones too."""
-        with transaction() as db_session:
-            items, next_after = services.list_all_firewall_rules(db_session=db_session, **args)
-        return {"items": items, "next_after": next_after}
-
-
-@blp.route("/clusters/<object_id:cluster_id>")
-class Cluster(MethodView):
-    @blp.response(200, ClusterOut)
-    @blp.problem(404, "Never existed")
-    @blp.problem(410, "Deleted")
-    def get(self, cluster_id):
-        """Get a cluster."""
-        with transaction() as db_session:
-            return services.get_cluster(db_session=db_session, cluster_id=cluster_id)
-
-    @blp.arguments(ClusterUpdate())
-    @blp.response(200, ClusterOut, description="The current state, whether applied or stale")
-    @blp.problem(404, "Never existed")
-    @blp.problem(410, "Deleted")
-    def put(self, cluster_in, cluster_id):
-        """Update a cluster's mutable fields if the generation is newer than the stored one."""
-        with transaction() as db_session:
-            row, applied = services.update_cluster(db_session=db_session, cluster_id=cluster_id, cluster_in=cluster_in)
-        return updated(CLUSTER, row, applied)
-
-    @blp.response(204, description="Deleted")
-    @blp.problem(404, "Never existed; a tombstone is recorded")
-    @blp.problem(410, "Already deleted")
-    def delete(self, cluster_id):
-        """Delete a cluster and its firewall rules (soft delete; the ID stays taken)."""
-        with transaction() as db_session:
-            outcome = services.delete_cluster(db_session=db_session, cluster_id=cluster_id)
-        return deleted(CLUSTER, outcome, f"Cluster {cluster_id}")
-
-
-@blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
-class FirewallRules(MethodView):
-    @blp.arguments(PageArgs(), location="query")
-    @blp.response(200, FirewallRulePage)
-    @blp.problem(404, "No such cluster")
-    @blp.problem(410, "The cluster was deleted")
-    def get(self, args, cluster_id):
-        """List a cluster's live firewall rules in id order."""
-        with transaction() as db_session:
-            items, next_after = services.list_firewall_rules(db_session=db_session, cluster_id=cluster_id, **args)
-        return {"items": items, "next_after": next_after}
-
-    @blp.arguments(FirewallRuleCreate())
-    @blp.response(201, FirewallRuleOut, description="Created", headers=CREATED_HEADERS)
-    @blp.alt_response(
-        200, schema=FirewallRuleOut, description="Already existed (Idempotent-Replayed: true)", headers=REPLAYED_HEADERS
-    )
-    @blp.problem(404, "No such cluster")
-    @blp.problem(409, "The ID exists with a different cluster or CIDR (id_conflict)")
-    @blp.problem(410, "The rule or its cluster was deleted (gone)")
-    def post(self, rule_in, cluster_id):
-        """Create a firewall rule with the caller's ID, or return the one that has it."""
-        return create_answer(
-            FIREWALL_RULE,
-            lambda db_session: services.create_firewall_rule(
-                db_session=db_session, cluster_id=cluster_id, rule_in=rule_in
-            ),
-        )
-
-
-@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/batch")
-class FirewallRuleBatch(MethodView):
-    @blp.arguments(FirewallRuleBatchCreate())
-    @blp.response(200, FirewallRuleBatchResults, description="One result per item, in order")
-    @blp.problem(413, "More than 1,000 items (payload_too_large)")
-    def post(self, batch, cluster_id):
-        """Create or return up to 1,000 firewall rules of one cluster at once.
-
-        The same as a cluster batch. A missing or deleted cluster is answered
-        item by item (404 or 410 for each new rule), as each single create
-        would answer it.
-        """
-        return batch_created_or_returned(
-            FIREWALL_RULE,
-            batch["items"],
-            RULE_CREATE,
-            lambda db_session, items: services.create_firewall_rules(
-                db_session=db_session, cluster_id=cluster_id, rules_in=items
-            ),
-        )
-
-
-@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
-class FirewallRule(MethodView):
-    @blp.response(200, FirewallRuleOut)
-    @blp.problem(404, "Never existed")
-    @blp.problem(410, "Deleted, or its cluster was")
-    def get(self, cluster_id, rule_id):
-        """Get a firewall rule."""
-        with transaction() as db_session:
-            return services.get_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
-
-    @blp.arguments(FirewallRuleUpdate())
-    @blp.response(200, FirewallRuleOut, description="The current state, whether applied or stale")
-    @blp.problem(404, "Never existed")
-    @blp.problem(410, "Deleted")
-    def put(self, rule_in, cluster_id, rule_id):
-        """Update a rule's description if the generation is newer than the stored one."""
-        with transaction() as db_session:
-            row, applied = services.update_firewall_rule(
-                db_session=db_session, cluster_id=cluster_id, rule_id=rule_id, rule_in=rule_in
+        @(blp.problem(404, no_parent) if parent else _same)
+        @blp.problem(409, f"The ID exists with a different {immutable} (id_conflict)")
+        @blp.problem(410, f"The {words} or its {parent.words} was deleted (gone)" if parent
+                     else "The ID was deleted (gone)")
+        @documented(f"Create a {words} with the caller's ID, or return the one that has it.")
+        def post(self, body, **path_ids):
+            values = {**body, **resource.scope_from_path(path_ids)}
+            return create_answer(
+                resource, lambda db_session: create_or_return(db_session=db_session, resource=resource, values=values)
             )
-        return updated(FIREWALL_RULE, row, applied)
 
-    @blp.response(204, description="Deleted")
-    @blp.problem(404, "Never existed (a tombstone is recorded), or no such cluster")
-    @blp.problem(410, "Already deleted")
-    def delete(self, cluster_id, rule_id):
-        """Delete a firewall rule (soft delete; the ID stays taken)."""
-        with transaction() as db_session:
-            outcome = services.delete_firewall_rule(db_session=db_session, cluster_id=cluster_id, rule_id=rule_id)
-        return deleted(FIREWALL_RULE, outcome, f"Firewall rule {rule_id}")
+    class Batch(MethodView):
+        @blp.arguments(schemas["batch_create"]())
+        @blp.response(200, schemas["batch_results"], description="One result per item, in order")
+        @blp.problem(413, "More than 1,000 items (payload_too_large)")
+        @documented(
+            f"Create or return up to 1,000 {words}s at once.\n\n"
+            "One transaction: one INSERT for the new items, one read for those that "
+            "existed. Each item answers what its single create would have, in order; "
+            "one bad item never fails the others. An ID repeated within the batch is "
+            "decided by its first occurrence: identical repeats answer 200, "
+            "conflicting ones 409."
+            + (f" A missing or deleted {parent.words} is answered item by item (404 or 410 for each new "
+               f"{words}), as each single create would answer it." if parent else "")
+        )
+        def post(self, batch, **path_ids):
+            return batch_created_or_returned(
+                resource, batch["items"], create_schema, resource.scope_from_path(path_ids)
+            )
+
+    path = resource.collection_path()
+    blp.route(path, endpoint=f"{resource.key}_collection")(Collection)
+    blp.route(f"{path}/batch", endpoint=f"{resource.key}_batch")(Batch)
+
+
+def _item_routes(blp: Blueprint, resource: Resource) -> None:
+    schemas, words = resource.schemas, resource.words
+    under = [child.words + "s" for child in resource.children]
+
+    class Item(MethodView):
+        @blp.response(200, schemas["out"])
+        @blp.problem(404, "Never existed")
+        @blp.problem(410, f"Deleted, or its {resource.parent.words} was" if resource.parent else "Deleted")
+        @documented(f"Get a {words}.")
+        def get(self, **path_ids):
+            object_id, scope = _ids(resource, path_ids)
+            with transaction() as db_session:
+                return get_live(db_session=db_session, resource=resource, object_id=object_id, scope=scope)
+
+        @blp.arguments(schemas["update"]())
+        @blp.response(200, schemas["out"], description="The current state, whether applied or stale")
+        @blp.problem(404, "Never existed")
+        @blp.problem(410, "Deleted")
+        @documented(f"Update a {words}'s mutable fields if the generation is newer than the stored one.")
+        def put(self, body, **path_ids):
+            object_id, scope = _ids(resource, path_ids)
+            values = dict(body)
+            generation = values.pop("generation")
+            with transaction() as db_session:
+                row, applied = apply_update(
+                    db_session=db_session, resource=resource, object_id=object_id, generation=generation,
+                    values=values, scope=scope,
+                )
+            return updated(resource, row, applied)
+
+        @blp.response(204, description="Deleted")
+        @blp.problem(404, "Never existed; a tombstone is recorded" if resource.parent is None
+                     else f"Never existed (a tombstone is recorded), or no such {resource.parent.words}")
+        @blp.problem(410, "Already deleted")
+        @documented(
+            f"Delete a {words}" + (f" and its {' and '.join(under)}" if under else "")
+            + " (soft delete; the ID stays taken)."
+        )
+        def delete(self, **path_ids):
+            object_id, scope = _ids(resource, path_ids)
+            with transaction() as db_session:
+                outcome = mark_deleted(db_session=db_session, resource=resource, object_id=object_id, scope=scope)
+            return deleted(resource, outcome, object_id)
+
+    blp.route(resource.item_path(), endpoint=resource.key)(Item)
+
+
+def _bulk_listing(blp: Blueprint, resource: Resource) -> None:
+    """Every object of a child resource across its parents, each with its tree's owner."""
+    schemas = resource.schemas
+
+    class Bulk(MethodView):
+        @blp.arguments(schemas["bulk_args"](), location="query")
+        @blp.response(200, schemas["bulk_page"])
+        @blp.problem(401, "No valid internal token")
+        @documented(
+            f"List every {resource.root.words}'s {resource.words}s in one id order (keyset pagination), "
+            "each with its team.\n\nFor callers that compare their records with these, such as "
+            "platform_svc's drift repair; with include_deleted, tombstones too."
+        )
+        def get(self, args):
+            with transaction() as db_session:
+                return page(list_live(
+                    db_session=db_session, resource=resource, filters={}, root_columns=(OWNER,), **args
+                ))
+
+    blp.route(f"/{resource.segment}", endpoint=f"{resource.key}_bulk")(Bulk)
+
+
+def _ids(resource: Resource, path_ids: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The object's ID and the scope (its ancestors' IDs by column) a route's URL variables give."""
+    return path_ids[resource.path_variable], resource.scope_from_path(path_ids)
+
+
+def _ancestors_of(resource: Resource, scope: dict[str, Any]) -> dict[str, Any]:
+    return {column: scope[column] for column in resource.scope_columns}
+
+
+def _same(function: Callable) -> Callable:
+    return function

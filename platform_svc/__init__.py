@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.breaker import CircuitBreaker
     from platform_svc.sync import Pusher
     from platform_svc.sync_metrics import SyncRowsCollector
-    from platform_svc.views import blp
+    from platform_svc.views import blueprint
 
     settings = settings or Settings.from_env()
     database = settings.database()
@@ -77,5 +77,5 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # serve, public writes stop waiting on it (answered pending) until a probe passes.
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
-    api.register_blueprint(blp)
+    api.register_blueprint(blueprint())
     return app

@@ -188,13 +188,14 @@ def create_account(name: str, as_json: bool) -> None:
     "--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler (committed first)."
 )
 @click.option(
-    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per kind."
+    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per resource."
 )
 @fail_fast
 @quiet_on_closed_pipe
 def sync_status(retry_failed: bool, limit: int) -> None:
     from platform_svc.status import format_age, read_status
-    from platform_svc.sync import KINDS, requeue_failed, stalled_after
+    from platform_svc.resources import RESOURCES
+    from platform_svc.sync import requeue_failed, stalled_after
     from shared.db import Database
 
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
@@ -203,16 +204,17 @@ def sync_status(retry_failed: bool, limit: int) -> None:
         # Committed before anything is printed: whoever reads the output (or
         # stops reading it) cannot undo it.
         with database.begin() as db_session:
-            requeued = {kind: requeue_failed(db_session=db_session, kind=kind) for kind in KINDS}
+            requeued = {resource: requeue_failed(db_session=db_session, resource=resource) for resource in RESOURCES}
     threshold = stalled_after()
     with database.engine.connect() as db_session:
         reports = [
-            read_status(db_session=db_session, kind=kind, stalled_after=threshold, limit=limit) for kind in KINDS
+            read_status(db_session=db_session, resource=resource, stalled_after=threshold, limit=limit)
+            for resource in RESOURCES
         ]
-    for kind, report in zip(KINDS, reports):
-        name = f"{kind.resource.name}s"
-        if kind in requeued:
-            click.echo(f"{name}: {requeued[kind]} failed rows put back in line")
+    for resource, report in zip(RESOURCES, reports):
+        name = f"{resource.words}s"
+        if resource in requeued:
+            click.echo(f"{name}: {requeued[resource]} failed rows put back in line")
         counts = report.counts
         oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
         click.echo(

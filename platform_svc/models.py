@@ -28,7 +28,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from shared.db import NAMING_CONVENTION
-from shared.idempotent import Resource
 from shared.types import IPNetworkType
 
 SYNC_STATE = """CASE
@@ -108,15 +107,3 @@ class FirewallRule(Synced, Base):
     cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), index=True)
     cidr: Mapped[str] = mapped_column(IPNetworkType)
     description: Mapped[str] = mapped_column(String(255))
-
-
-# For the create-or-return mechanism: a replay with the same Idempotency-Key is
-# checked against the body it first came with.
-CLUSTERS = Resource(name="cluster", table=Cluster.__table__, immutable=("request_fingerprint",))
-FIREWALL_RULES = Resource(
-    name="firewall rule",
-    table=FirewallRule.__table__,
-    immutable=("request_fingerprint",),
-    parent=CLUSTERS,
-    parent_column="cluster_id",
-)

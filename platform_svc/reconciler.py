@@ -27,7 +27,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
-from platform_svc.sync import KINDS, Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
+from platform_svc.resources import RESOURCES
+from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared import request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
@@ -121,10 +122,10 @@ class RecoveryWatch:
     def wake(self) -> int:
         """Make every row waiting on a transient backoff due now (in bounded batches)."""
         woken = 0
-        for kind in KINDS:
+        for resource in RESOURCES:
             while True:
                 with self.pusher.database.begin() as db_session:
-                    count = wake_backed_off(db_session=db_session, kind=kind, limit=self.wake_batch)
+                    count = wake_backed_off(db_session=db_session, resource=resource, limit=self.wake_batch)
                 woken += count
                 if count < self.wake_batch:
                     break
@@ -203,7 +204,7 @@ class Reconciler:
     def _claim(self, room: int) -> list[Claim]:
         """Lease due rows (parents first) for up to about ``room`` units, in one short transaction.
 
-        Per kind, creates first (up to ``batch`` per unit), then the rest (one
+        Per resource, creates first (up to ``batch`` per unit), then the rest (one
         per unit). Firewall rules of many clusters can make more units than
         ``room``: the surplus waits for a worker (or is released if it waits
         too long), which is cheap since each is a small call.
@@ -212,16 +213,16 @@ class Reconciler:
         claims: list[Claim] = []
         batch = self.settings.batch
         with self.pusher.database.begin() as db_session:
-            for kind in KINDS:
+            for resource in RESOURCES:
                 for creates, per_unit in ((True, batch), (False, 1)):
                     left = room - len(claims)
                     if left <= 0:
                         return claims
                     rows = claim_due(
-                        db_session=db_session, kind=kind, limit=left * per_unit, lease=self.settings.lease,
+                        db_session=db_session, resource=resource, limit=left * per_unit, lease=self.settings.lease,
                         due_by=self._due_by, creates=creates,
                     )
-                    claims += units(kind, rows, batch=batch, push_by=push_by)
+                    claims += units(resource, rows, batch=batch, push_by=push_by)
         return claims
 
     def _work(self, claim: Claim, stop: threading.Event) -> list[str]:
@@ -235,7 +236,7 @@ class Reconciler:
             rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
             ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
-            _log_failure(f"push of {len(claim.rows)} {claim.kind.resource.name} ({ids})", exc)
+            _log_failure(f"push of {len(claim.rows)} {claim.resource.words} ({ids})", exc)
             return []
         finally:
             request_id.unbind(token)
@@ -264,8 +265,8 @@ def run(pusher: Pusher, settings: ReconcilerSettings, stop: threading.Event) -> 
 def count_failed(pusher: Pusher) -> int:
     with pusher.database.engine.connect() as db_session:
         return sum(
-            db_session.execute(select(func.count()).where(kind.resource.table.c.sync_state == "failed")).scalar_one()
-            for kind in KINDS
+            db_session.execute(select(func.count()).where(resource.table.c.sync_state == "failed")).scalar_one()
+            for resource in RESOURCES
         )
 
 

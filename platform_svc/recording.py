@@ -15,10 +15,11 @@ two rules:
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -37,9 +38,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import RowMapping
 
 from shared.client import Answer, Outcome
-
-if TYPE_CHECKING:
-    from platform_svc.sync import Kind, RetryPolicy
+from shared.registry import Resource
 
 CONFIRMED = "confirmed"  # created or updated downstream: synced_generation moves up
 DELETE_CONFIRMED = "delete_confirmed"
@@ -48,6 +47,26 @@ FAILED_UNLESS_DELETED = "failed_unless_deleted"  # a refused create/update: fine
 DUE_NOW = "due_now"  # an inline push's transient failure: the reconciler takes it at once
 RETRY_LATER = "retry_later"  # a reconciler push's transient failure: back off
 RELEASED = "released"  # not pushed at all: only the lease goes back
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff between a row's pushes after transient failures (each push has its own quick retries).
+
+    There is no last attempt: a transient failure is retried for ever (it
+    heals by itself, or a person sees the row stalled). Only a permanent
+    answer makes a row ``failed``.
+    """
+
+    base_delay: float = 1.0
+    max_delay: float = 300.0
+
+    def delay(self, attempts: int) -> timedelta:
+        """Exponential with a cap, and full jitter (anywhere from 0 to the ceiling),
+        so the rows of one outage spread out instead of coming back in waves."""
+        exponent = min(max(0, attempts - 1), 62)  # 2**62 s is already beyond any cap
+        ceiling = min(self.max_delay, self.base_delay * 2**exponent)
+        return timedelta(seconds=random.uniform(0, ceiling))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +102,7 @@ def change_for(row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: b
 
 
 def record(
-    *, db_session: Connection, kind: Kind, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
+    *, db_session: Connection, resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
 ) -> RowMapping:
     """Store the outcome of one push and release the lease; return the new row."""
     change = change_for(row, answer, retry, inline=inline)
@@ -92,13 +111,13 @@ def record(
         params["b_confirmed"] = change.confirmed
     elif change.kind == RETRY_LATER:
         params["b_attempts"], params["b_delay"] = change.attempts, change.delay
-    return db_session.execute(_record_statement(kind.resource.table, change.kind), params).mappings().one()
+    return db_session.execute(_record_statement(resource.table, change.kind), params).mappings().one()
 
 
 def record_many(
     *,
     db_session: Connection,
-    kind: Kind,
+    resource: Resource,
     rows: Sequence[RowMapping],
     answers: Sequence[Answer | None],
     retry: RetryPolicy,
@@ -121,14 +140,14 @@ def record_many(
         "attempts": [change.attempts for change in changes],
         "delays": [change.delay for change in changes],
     }
-    stored = db_session.execute(_record_many_statement(kind.resource.table), params).mappings().all()
+    stored = db_session.execute(_record_many_statement(resource.table), params).mappings().all()
     by_id = {row["id"]: row for row in stored}
     return [by_id[row["id"]] for row in rows]
 
 
-def release_many(*, db_session: Connection, kind: Kind, rows: Sequence[RowMapping]) -> list[RowMapping]:
+def release_many(*, db_session: Connection, resource: Resource, rows: Sequence[RowMapping]) -> list[RowMapping]:
     """Give the leases of unpushed rows back (only where still ours), due as they were."""
-    return record_many(db_session=db_session, kind=kind, rows=rows, answers=[None] * len(rows), retry=None)
+    return record_many(db_session=db_session, resource=resource, rows=rows, answers=[None] * len(rows), retry=None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -47,11 +47,12 @@ from sqlalchemy import Connection, and_, func, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from platform_svc.models import Account, Cluster
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
+from platform_svc.models import Account
+from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
 from shared.counters import count_repair
 from shared.db import Database
+from shared.registry import Resource
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +64,14 @@ DELETED_DOWNSTREAM = (
 )
 
 
-@dataclass(frozen=True)
-class Compared:
-    """One resource as the repair walks it."""
-
-    label: str  # the metric's ``resource`` label and the word in each finding's line
-    kind: Kind
-    listing: str  # cluster_svc's bulk read, every object in id order
-
-
-RESOURCES = (
-    Compared("cluster", CLUSTER, "/v1/clusters"),
-    # After the clusters: a rule's judgement reads its cluster as this pass left it.
-    Compared("firewall_rule", FIREWALL_RULE, "/v1/firewall-rules"),
-)
+def listing(resource: Resource) -> str:
+    """cluster_svc's bulk read of a resource: every object in id order, across parents."""
+    return f"/v1/{resource.segment}"
 
 
 @dataclass(frozen=True)
 class Finding:
-    resource: str  # "cluster" or "firewall_rule"
+    resource: str  # a resource's label (its registry key)
     finding: str  # one of FINDINGS
     object_id: uuid.UUID
 
@@ -101,7 +91,7 @@ class Report:
         for (_resource, finding), n in self.counts.items():
             by_finding[finding] += n
         found = ", ".join(f"{by_finding[finding]} {finding}" for finding in FINDINGS)
-        compared = ", ".join(f"{self.compared[r.label]} {r.label}s" for r in RESOURCES)
+        compared = ", ".join(f"{self.compared[r.label]} {r.plural}" for r in RESOURCES)
         return (
             f"repair: {found}; compared {sum(self.compared.values())} objects ({compared})"
             + ("; dry run, nothing changed" if dry_run else "")
@@ -169,14 +159,14 @@ class Downstream:
 
 
 def read_page(
-    *, db_session: Connection, kind: Kind, after: uuid.UUID | None, limit: int
+    *, db_session: Connection, resource: Resource, after: uuid.UUID | None, limit: int
 ) -> Sequence[RowMapping]:
     """The next ``limit`` rows in id order, with what judging them needs.
 
-    ``parent_settled`` (firewall rules): the rule's cluster is alive and
-    synced here, so cluster_svc must hold the rule's own row, tombstone or not.
+    ``parent_settled`` (children): the parent is alive and synced here, so
+    cluster_svc must hold the child's own row, tombstone or not.
     """
-    table = kind.resource.table
+    table = resource.table
     columns = [
         table.c.id,
         table.c.generation,
@@ -186,10 +176,12 @@ def read_page(
         table.c.sync_state,
     ]
     stmt = select(*columns)
-    if kind.resource.parent is not None:
-        parent = Cluster.__table__
+    if resource.parent is not None:
+        parent = resource.parent.table
         settled = and_(parent.c.deleted_at.is_(None), parent.c.sync_state == "synced")
-        stmt = stmt.add_columns(settled.label("parent_settled")).join(parent, parent.c.id == table.c.cluster_id)
+        stmt = stmt.add_columns(settled.label("parent_settled")).join(
+            parent, parent.c.id == table.c[resource.parent_column]
+        )
     if after is not None:
         stmt = stmt.where(table.c.id > after)
     return db_session.execute(stmt.order_by(table.c.id).limit(limit)).mappings().all()
@@ -206,8 +198,8 @@ def judge(row: RowMapping, theirs: dict[str, Any] | None) -> str | None:
             return "deleted_downstream"
         return "behind" if theirs["generation"] < row["generation"] else None
     if theirs is None:
-        # A rule under a deleted cluster needs no row of its own: the cluster's
-        # tombstone answers for it. Under a cluster not settled yet (one this
+        # A child of a deleted parent needs no row of its own: the parent's
+        # tombstone answers for it. Under a parent not settled yet (one this
         # pass just put back in line, say), it is judged on a later pass.
         return "missing" if row.get("parent_settled", True) else None
     return "undeleted" if theirs["alive"] else None
@@ -216,14 +208,14 @@ def judge(row: RowMapping, theirs: dict[str, Any] | None) -> str | None:
 def requeue(
     *,
     db_session: Connection,
-    kind: Kind,
+    resource: Resource,
     row: RowMapping,
     finding: str,
     theirs: dict[str, Any] | None,
     dry_run: bool,
 ) -> bool:
     """Put the row back in line for the pusher if it is still as read; say whether it was."""
-    table = kind.resource.table
+    table = resource.table
     unchanged = [
         table.c.id == row["id"],
         table.c.sync_state == "synced",
@@ -256,7 +248,7 @@ def requeue(
 
 
 def orphans(
-    *, db_session: Connection, kind: Kind, unknown: Sequence[dict[str, Any]]
+    *, db_session: Connection, resource: Resource, unknown: Sequence[dict[str, Any]]
 ) -> list[uuid.UUID]:
     """Of cluster_svc's live objects not in the page, those unknown here that belong to an account.
 
@@ -266,7 +258,7 @@ def orphans(
     candidates = [item for item in unknown if item["alive"] and item["team_id"] is not None]
     if not candidates:
         return []
-    table = kind.resource.table
+    table = resource.table
     known = set(db_session.execute(select(table.c.id).where(table.c.id.in_([c["id"] for c in candidates]))).scalars())
     teams = {c["team_id"] for c in candidates}
     accounts = set(db_session.execute(select(Account.id).where(Account.id.in_(teams))).scalars())
@@ -300,23 +292,24 @@ class Repairer:
             found before that stays found and repaired).
         """
         report = Report()
+        # Parents first (the registry's order): a child's judgement reads its parent as this pass left it.
         for resource in RESOURCES:
             self._walk(resource, report, dry_run, on_finding or (lambda finding: None), stop or threading.Event())
         return report
 
     def _walk(
         self,
-        resource: Compared,
+        resource: Resource,
         report: Report,
         dry_run: bool,
         on_finding: Callable[[Finding], None],
         stop: threading.Event,
     ) -> None:
-        downstream = Downstream(self.client, resource.listing, self.page_size)
+        downstream = Downstream(self.client, listing(resource), self.page_size)
         after: uuid.UUID | None = None
         while not stop.is_set():
             with self.database.begin() as db_session:
-                rows = read_page(db_session=db_session, kind=resource.kind, after=after, limit=self.page_size)
+                rows = read_page(db_session=db_session, resource=resource, after=after, limit=self.page_size)
             last_page = len(rows) < self.page_size
             # The last page takes the rest of cluster_svc's listing: everything beyond is an orphan candidate.
             theirs = {item["id"]: item for item in downstream.through(None if last_page else rows[-1]["id"])}
@@ -332,7 +325,7 @@ class Repairer:
                     if finding is not None
                     and requeue(
                         db_session=db_session,
-                        kind=resource.kind,
+                        resource=resource,
                         row=row,
                         finding=finding,
                         theirs=other,
@@ -341,7 +334,7 @@ class Repairer:
                 ]
                 found += [
                     Finding(resource.label, "orphan", object_id)
-                    for object_id in orphans(db_session=db_session, kind=resource.kind, unknown=list(theirs.values()))
+                    for object_id in orphans(db_session=db_session, resource=resource, unknown=list(theirs.values()))
                 ]
             for finding in found:  # committed: now it may be told
                 report.counts[(finding.resource, finding.finding)] += 1

@@ -71,11 +71,10 @@ class FirewallRuleOut(_Synced):
     description = fields.String()
 
 
-class AccountOut(OutputSchema):
-    id = fields.UUID()
-    name = fields.String()
-    created_at = fields.DateTime()
+def resource_schemas(name: str, *, create: type, patch: type, out: type) -> dict[str, type]:
+    """Every public body of one resource's routes, by role, named after ``name`` (its CamelCase key).
 
-
-ClusterPage = page_schema(ClusterOut, "ClusterPage")
-FirewallRulePage = page_schema(FirewallRuleOut, "FirewallRulePage")
+    ``create`` is also what is pushed down (with the fields the platform
+    owns), and ``patch`` names the mutable fields an update sends.
+    """
+    return {"create": create, "patch": patch, "out": out, "page": page_schema(out, f"{name}Page")}

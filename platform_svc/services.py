@@ -24,7 +24,8 @@ from sqlalchemy.engine import RowMapping
 from platform_svc.models import Account
 from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
-from shared.idempotent import Resource, create_or_return, get_live, list_live, soft_delete
+from shared.idempotent import create_or_return, get_live, list_live, soft_delete
+from shared.registry import Resource
 
 
 def new_id() -> uuid.UUID:
@@ -205,7 +206,7 @@ def update_object(
     )
     row = db_session.execute(stmt).mappings().first()
     if row is None:  # deleted between the two statements
-        raise Gone(f"{resource.label(object_id)} was deleted.")
+        raise Gone(f"{resource.describe(object_id)} was deleted.")
     return row
 
 
@@ -218,7 +219,7 @@ def delete_object(
     """
     get_object(db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, **scope)
     if not soft_delete(db_session, resource, [resource.table.c.id == object_id]):
-        raise Gone(f"{resource.label(object_id)} was already deleted.")
+        raise Gone(f"{resource.describe(object_id)} was already deleted.")
     return _read(db_session, resource, object_id)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Table, func, select
 
-from platform_svc.sync import Kind
+from shared.registry import Resource
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class StatusReport:
     stalled: Sequence[Row]  # id, age, attempts, sync_error; oldest first
 
 
-def count_states(*, db_session: Connection, kind: Kind, stalled_after: timedelta) -> tuple[dict[str, int], timedelta | None]:
+def count_states(
+    *, db_session: Connection, resource: Resource, stalled_after: timedelta
+) -> tuple[dict[str, int], timedelta | None]:
     """Rows by sync state (synced, pending, failed, and stalled among the pending), and the oldest pending age.
 
     One statement, so one snapshot: what ``sync-status`` prints and what the
@@ -35,7 +37,7 @@ def count_states(*, db_session: Connection, kind: Kind, stalled_after: timedelta
     about 40 ms for a million rows, where filtering each row by state took
     about 220.
     """
-    table = kind.resource.table
+    table = resource.table
     pending = (
         select(
             func.count().label("pending"),
@@ -58,9 +60,9 @@ def count_states(*, db_session: Connection, kind: Kind, stalled_after: timedelta
     return counts, oldest_pending
 
 
-def read_status(*, db_session: Connection, kind: Kind, stalled_after: timedelta, limit: int) -> StatusReport:
-    table = kind.resource.table
-    counts, oldest_pending = count_states(db_session=db_session, kind=kind, stalled_after=stalled_after)
+def read_status(*, db_session: Connection, resource: Resource, stalled_after: timedelta, limit: int) -> StatusReport:
+    table = resource.table
+    counts, oldest_pending = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
     failed = db_session.execute(
         select(table.c.id, table.c.sync_failed_at, table.c.sync_error)
         .where(table.c.sync_state == "failed")

@@ -27,8 +27,8 @@ reconciler claims. The rules that keep it safe:
 """
 from __future__ import annotations
 
+import functools
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,62 +39,48 @@ from sqlalchemy import Connection, Table, and_, case, exists, func, not_, or_, s
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.breaker import CircuitBreaker
-from platform_svc.models import CLUSTERS, FIREWALL_RULES, Cluster
-from platform_svc.recording import record, record_many, release_many
+from platform_svc.recording import RetryPolicy, record, record_many, release_many
+from platform_svc.resources import RESOURCES
 from shared import config
 from shared.client import Answer, InternalClient, Outcome
 from shared.counters import count_push
 from shared.db import Database
 from shared.errors import database_unavailable, describe_database_error
-from shared.idempotent import Resource
+from shared.registry import Resource
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class Kind:
-    """How one kind of platform row maps onto cluster_svc's routes and bodies."""
-
-    resource: Resource
-    collection: Callable[[RowMapping], str]
-    create_body: Callable[[RowMapping], dict[str, Any]]
-    update_body: Callable[[RowMapping], dict[str, Any]]
-
-    def item(self, row: RowMapping) -> str:
-        return f"{self.collection(row)}/{row['id']}"
+# What goes down is derived from the resource's public schemas: a create sends
+# the create body's fields with the ones the platform owns (``id``,
+# ``generation``, and a root object's account as ``team_id``); an update the
+# mutable fields (the PATCH body's) with the wanted generation.
+OWNER = "team_id"  # cluster_svc's name for the account that owns a root object
 
 
-CLUSTER = Kind(
-    resource=CLUSTERS,
-    collection=lambda row: "/v1/clusters",
-    create_body=lambda row: {
-        "id": str(row["id"]),
-        "team_id": str(row["account_id"]),
-        "name": row["name"],
-        "region": row["region"],
-        "postgres_version": row["postgres_version"],
-        "plan": row["plan"],
-        "storage_gb": row["storage_gb"],
-        "generation": row["generation"],
-    },
-    update_body=lambda row: {
-        "generation": row["generation"],
-        "name": row["name"],
-        "plan": row["plan"],
-        "storage_gb": row["storage_gb"],
-    },
-)
-FIREWALL_RULE = Kind(
-    resource=FIREWALL_RULES,
-    collection=lambda row: f"/v1/clusters/{row['cluster_id']}/firewall-rules",
-    create_body=lambda row: {
-        "id": str(row["id"]),
-        "cidr": str(row["cidr"]),
-        "description": row["description"],
-        "generation": row["generation"],
-    },
-    update_body=lambda row: {"generation": row["generation"], "description": row["description"]},
-)
-KINDS = (CLUSTER, FIREWALL_RULE)  # parents first: a rule waits for its cluster
+def collection_url(resource: Resource, row: RowMapping) -> str:
+    """cluster_svc's collection the row belongs to (its ancestors' IDs come from the row itself)."""
+    return f"/v1{resource.collection_path(row)}"
+
+
+def item_url(resource: Resource, row: RowMapping) -> str:
+    return f"/v1{resource.item_path(row)}"
+
+
+def create_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
+    body = {"id": str(row["id"]), **_dumper(resource, "create").dump(row), "generation": row["generation"]}
+    if resource.parent is None:
+        body[OWNER] = str(row["account_id"])
+    return body
+
+
+def update_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
+    return {"generation": row["generation"], **_dumper(resource, "patch").dump(row)}
+
+
+@functools.lru_cache(maxsize=None)
+def _dumper(resource: Resource, role: str) -> Any:
+    """The public output schema, limited to the fields of the ``role`` body (values as JSON wants them)."""
+    return resource.schemas["out"](only=tuple(resource.schemas[role]().fields))
 
 
 # A row pending longer than this (since its last public write) is *stalled*:
@@ -111,27 +97,7 @@ def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff between a row's pushes after transient failures (each push has its own quick retries).
-
-    There is no last attempt: a transient failure is retried for ever (it
-    heals by itself, or a person sees the row stalled). Only a permanent
-    answer makes a row ``failed``.
-    """
-
-    base_delay: float = 1.0
-    max_delay: float = 300.0
-
-    def delay(self, attempts: int) -> timedelta:
-        """Exponential with a cap, and full jitter (anywhere from 0 to the ceiling),
-        so the rows of one outage spread out instead of coming back in waves."""
-        exponent = min(max(0, attempts - 1), 62)  # 2**62 s is already beyond any cap
-        ceiling = min(self.max_delay, self.base_delay * 2**exponent)
-        return timedelta(seconds=random.uniform(0, ceiling))
-
-
-def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
+def push(client: InternalClient, resource: Resource, row: RowMapping) -> Answer:
     """Send what moves cluster_svc toward this row: one call, or two when downstream lost the object.
 
     An update answered 404 means cluster_svc has no such object (restored from
@@ -139,13 +105,13 @@ def push(client: InternalClient, kind: Kind, row: RowMapping) -> Answer:
     generation, so a change to a lost object still converges.
     """
     if row["deleted_at"] is not None:
-        return client.delete(kind.item(row))  # 404 counts as done: nothing to delete there
+        return client.delete(item_url(resource, row))  # 404 counts as done: nothing to delete there
     if row["synced_generation"] == 0:
-        return client.create(kind.collection(row), kind.create_body(row))
-    answer = client.update(kind.item(row), kind.update_body(row))
+        return client.create(collection_url(resource, row), create_body(resource, row))
+    answer = client.update(item_url(resource, row), update_body(resource, row))
     if answer.status == 404:
-        log.info("%s %s is missing downstream: creating it again", kind.resource.name, row["id"])
-        return client.create(kind.collection(row), kind.create_body(row))
+        log.info("%s %s is missing downstream: creating it again", resource.words, row["id"])
+        return client.create(collection_url(resource, row), create_body(resource, row))
     return answer
 
 
@@ -154,7 +120,7 @@ def is_create(row: RowMapping) -> bool:
     return row["synced_generation"] == 0 and row["deleted_at"] is None
 
 
-def push_creates(client: InternalClient, kind: Kind, rows: Sequence[RowMapping]) -> list[Answer]:
+def push_creates(client: InternalClient, resource: Resource, rows: Sequence[RowMapping]) -> list[Answer]:
     """Create-or-return rows of one collection with one batch call; one answer per row, in order.
 
     Each item is answered as its single create would be (201, 200 for one
@@ -162,7 +128,9 @@ def push_creates(client: InternalClient, kind: Kind, rows: Sequence[RowMapping])
     cluster is not there yet...). A call that fails as a whole gives every row
     its answer.
     """
-    return client.create_batch(f"{kind.collection(rows[0])}/batch", [kind.create_body(row) for row in rows])
+    return client.create_batch(
+        f"{collection_url(resource, rows[0])}/batch", [create_body(resource, row) for row in rows]
+    )
 
 
 # Scheduling: what is due, leases, and waking rows when cluster_svc recovers ---------
@@ -171,7 +139,7 @@ def push_creates(client: InternalClient, kind: Kind, rows: Sequence[RowMapping])
 def claim_due(
     *,
     db_session: Connection,
-    kind: Kind,
+    resource: Resource,
     limit: int,
     lease: timedelta,
     due_by: datetime | None = None,
@@ -181,22 +149,22 @@ def claim_due(
 
     ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
     lease (not a lock) is what keeps a row theirs while they push it, so no
-    transaction stays open across an HTTP call. A firewall rule is due only
-    once cluster_svc confirmed its cluster. ``creates``: only rows to create
+    transaction stays open across an HTTP call. A child is due only once
+    cluster_svc confirmed its parent (or once it is deleted). ``creates``: only rows to create
     (True), only the others (False), or any (None).
     """
-    table = kind.resource.table
+    table = resource.table
     due = select(table.c.id).where(
         table.c.sync_state == "pending",
         table.c.next_attempt_at <= (func.now() if due_by is None else due_by),
         or_(table.c.lease_until.is_(None), table.c.lease_until < func.now()),
     )
-    if kind.resource.parent is not None:
-        parent = Cluster.__table__
+    if resource.parent is not None:
+        parent = resource.parent.table
         due = due.where(
             or_(
                 table.c.deleted_at.is_not(None),
-                exists().where(and_(parent.c.id == table.c.cluster_id, parent.c.synced_generation > 0)),
+                exists().where(and_(parent.c.id == table.c[resource.parent_column], parent.c.synced_generation > 0)),
             )
         )
     if creates is not None:
@@ -210,11 +178,11 @@ def claim_due(
 def in_backoff(*, db_session: Connection) -> bool:
     """Whether any row waits on a transient backoff (pending, failed before, not due yet)."""
     return any(
-        db_session.execute(select(_backed_off(kind.resource.table).exists())).scalar() for kind in KINDS
+        db_session.execute(select(_backed_off(resource.table).exists())).scalar() for resource in RESOURCES
     )
 
 
-def wake_backed_off(*, db_session: Connection, kind: Kind, limit: int) -> int:
+def wake_backed_off(*, db_session: Connection, resource: Resource, limit: int) -> int:
     """Make up to ``limit`` rows waiting on a transient backoff due now; return how many.
 
     Called when cluster_svc answers again: however long a row's backoff grew
@@ -222,7 +190,7 @@ def wake_backed_off(*, db_session: Connection, kind: Kind, limit: int) -> int:
     the row is confirmed). Rows locked by a claim are skipped: they are being
     pushed anyway.
     """
-    table = kind.resource.table
+    table = resource.table
     woken = _backed_off(table).limit(limit).with_for_update(skip_locked=True)
     stmt = update(table).where(table.c.id.in_(woken.scalar_subquery())).values(next_attempt_at=func.now())
     return db_session.execute(stmt).rowcount
@@ -234,9 +202,9 @@ def _backed_off(table: Table) -> Any:
     )
 
 
-def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
+def requeue_failed(*, db_session: Connection, resource: Resource) -> int:
     """Put every failed row back in line (after an operator fixed the cause)."""
-    table = kind.resource.table
+    table = resource.table
     stmt = (
         update(table)
         .where(table.c.sync_state == "failed")
@@ -247,7 +215,7 @@ def requeue_failed(*, db_session: Connection, kind: Kind) -> int:
 
 @dataclass(frozen=True)
 class Claim:
-    """One unit of work the scheduler hands a worker: rows of one kind it leased,
+    """One unit of work the scheduler hands a worker: rows of one resource it leased,
     pushed with one call, and when it is too late to start pushing them (the
     lease would not outlast the push).
 
@@ -255,23 +223,23 @@ class Claim:
     down in one batch call.
     """
 
-    kind: Kind
+    resource: Resource
     rows: tuple[RowMapping, ...]
     push_by: float  # a time.monotonic() value
 
 
-def units(kind: Kind, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
+def units(resource: Resource, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
     """Cut claimed rows into units: creates to the same collection up to ``batch`` together, every other row alone."""
     collections: dict[str, list[RowMapping]] = {}
     claims = []
     for row in rows:
         if is_create(row):
-            collections.setdefault(kind.collection(row), []).append(row)
+            collections.setdefault(collection_url(resource, row), []).append(row)
         else:
-            claims.append(Claim(kind, (row,), push_by))
+            claims.append(Claim(resource, (row,), push_by))
     for together in collections.values():
         together.sort(key=lambda row: row["id"])
-        claims += [Claim(kind, tuple(together[i:i + batch]), push_by) for i in range(0, len(together), batch)]
+        claims += [Claim(resource, tuple(together[i:i + batch]), push_by) for i in range(0, len(together), batch)]
     return claims
 
 
@@ -306,7 +274,7 @@ class Pusher:
         """The breaker is open: an inline push now would not even be tried."""
         return self.breaker is not None and self.breaker.is_open
 
-    def push_now(self, kind: Kind, row: RowMapping) -> RowMapping:
+    def push_now(self, resource: Resource, row: RowMapping) -> RowMapping:
         """Inline: the caller has committed ``row`` and holds its lease; return the row as it is now.
 
         Nothing that fails here reaches the caller: the intent is committed, so
@@ -315,24 +283,26 @@ class Pusher:
         what the public answer shows.
         """
         try:
-            if kind.resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(row):
-                return self._release(kind, row)  # a rule waits for its cluster; the reconciler will push it
+            if resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(resource, row):
+                return self._release(resource, row)  # a child waits for its parent; the reconciler will push it
             if self.breaker is not None and not self.breaker.allow():
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
             else:
-                answer = self._push(kind, row)
+                answer = self._push(resource, row)
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
             with self.database.begin() as db_session:
-                return record(db_session=db_session, kind=kind, row=row, answer=answer, retry=self.retry, inline=True)
+                return record(
+                    db_session=db_session, resource=resource, row=row, answer=answer, retry=self.retry, inline=True
+                )
         except Exception as exc:  # noqa: BLE001 (after the commit, nothing may turn into a 5xx)
             if database_unavailable(exc):
-                log.warning("inline push of %s %s: database unavailable (%s)", kind.resource.name, row["id"],
+                log.warning("inline push of %s %s: database unavailable (%s)", resource.words, row["id"],
                             describe_database_error(exc))
             else:
-                log.exception("inline push of %s %s failed", kind.resource.name, row["id"])
+                log.exception("inline push of %s %s failed", resource.words, row["id"])
             return row
 
     def push_claimed(
@@ -344,46 +314,47 @@ class Pusher:
         Rows whose lease has run too short (they waited for a free worker) or
         whose reconciler is stopping are released unpushed, due as they were.
         """
-        kind, rows = claim.kind, claim.rows
+        resource, rows = claim.resource, claim.rows
         if cancelled() or time.monotonic() > claim.push_by:
             with self.database.begin() as db_session:
-                release_many(db_session=db_session, kind=kind, rows=rows)
+                release_many(db_session=db_session, resource=resource, rows=rows)
             return None
-        answers = self._push_creates(kind, rows) if len(rows) > 1 else [self._push(kind, rows[0])]
+        answers = self._push_creates(resource, rows) if len(rows) > 1 else [self._push(resource, rows[0])]
         with self.database.begin() as db_session:
-            return record_many(db_session=db_session, kind=kind, rows=rows, answers=answers, retry=self.retry)
+            return record_many(db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry)
 
-    def _push(self, kind: Kind, row: RowMapping) -> Answer:
-        answer = push(self.client, kind, row)
-        self._pushed(kind, row, answer)
+    def _push(self, resource: Resource, row: RowMapping) -> Answer:
+        answer = push(self.client, resource, row)
+        self._pushed(resource, row, answer)
         return answer
 
-    def _push_creates(self, kind: Kind, rows: Sequence[RowMapping]) -> list[Answer]:
-        answers = push_creates(self.client, kind, rows)
+    def _push_creates(self, resource: Resource, rows: Sequence[RowMapping]) -> list[Answer]:
+        answers = push_creates(self.client, resource, rows)
         for row, answer in zip(rows, answers):
-            self._pushed(kind, row, answer)
+            self._pushed(resource, row, answer)
         return answers
 
-    def _pushed(self, kind: Kind, row: RowMapping, answer: Answer) -> None:
+    def _pushed(self, resource: Resource, row: RowMapping, answer: Answer) -> None:
         """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once:
         its outcome is known at this point (counted, logged unless done, and observed)."""
-        count_push(kind.resource.name, answer.operation, answer.outcome)
+        count_push(resource.label, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
-            log.info("push of %s %s: %s (%s)", kind.resource.name, row["id"], answer.outcome.value, answer.reason)
+            log.info("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
         if self.observe is not None:
             self.observe(answer)
 
-    def _parent_confirmed(self, row: RowMapping) -> bool:
+    def _parent_confirmed(self, resource: Resource, row: RowMapping) -> bool:
+        parent = resource.parent.table
         with self.database.engine.connect() as db_session:
             return bool(
                 db_session.execute(
-                    select(Cluster.synced_generation > 0).where(Cluster.id == row["cluster_id"])
+                    select(parent.c.synced_generation > 0).where(parent.c.id == row[resource.parent_column])
                 ).scalar()
             )
 
-    def _release(self, kind: Kind, row: RowMapping) -> RowMapping:
+    def _release(self, resource: Resource, row: RowMapping) -> RowMapping:
         """Give the lease back unpushed (only if it is still ours); return the row as it is now."""
-        table = kind.resource.table
+        table = resource.table
         lease = case((table.c.lease_until == row["lease_until"], None), else_=table.c.lease_until)
         with self.database.begin() as db_session:
             stmt = update(table).where(table.c.id == row["id"]).values(lease_until=lease).returning(*table.c)

@@ -14,8 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import text
 
 from platform_svc.status import count_states
-from platform_svc.sync import KINDS, stalled_after
-from shared.counters import resource_label
+from platform_svc.resources import RESOURCES
+from platform_svc.sync import stalled_after
 from shared.db import Database
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,14 @@ class SyncRowsCollector:
         try:
             with self.database.begin() as db_session:
                 db_session.execute(text(f"SET LOCAL statement_timeout = '{SCRAPE_STATEMENT_TIMEOUT}'"))
-                for kind in KINDS:
-                    resource = resource_label(kind.resource.name)
+                for resource in RESOURCES:
                     counts, oldest_pending = count_states(
-                        db_session=db_session, kind=kind, stalled_after=self.stalled_after
+                        db_session=db_session, resource=resource, stalled_after=self.stalled_after
                     )
                     counts["pending"] -= counts["stalled"]  # the gauge counts them apart
                     for state in STATES:
-                        rows.add_metric([resource, state], counts[state])
-                    oldest.add_metric([resource], oldest_pending.total_seconds() if oldest_pending else 0.0)
+                        rows.add_metric([resource.label, state], counts[state])
+                    oldest.add_metric([resource.label], oldest_pending.total_seconds() if oldest_pending else 0.0)
         except Exception as exc:  # the scrape still serves the counters
             log.warning("sync metrics: the database did not answer (%s)", type(exc).__name__)
             return iter(())

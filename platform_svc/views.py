@@ -1,4 +1,4 @@
-"""platform_svc's public routes. Views own the transactions: the intent is
+"""platform_svc's public routes, built for every registered resource. Views own the transactions: the intent is
 committed in one, then pushed down, and the outcome recorded in another."""
 from __future__ import annotations
 
@@ -11,23 +11,12 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
 from platform_svc import services
-from platform_svc.schemas import (
-    ClusterCreate,
-    ClusterOut,
-    ClusterPage,
-    ClusterPatch,
-    FirewallRuleCreate,
-    FirewallRuleOut,
-    FirewallRulePage,
-    FirewallRulePatch,
-)
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, Kind
+from platform_svc.resources import RESOURCES
 from shared.api import Blueprint, created_location, no_content
 from shared.db import transaction
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
+from shared.registry import Registry, Resource
 from shared.schemas import PageArgs
-
-blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and firewall rules of your account")
 
 # Long enough for the inline push with its quick retries; if this process dies
 # first, the lease runs out and the reconciler takes over.
@@ -61,7 +50,7 @@ def pusher():
     return current_app.extensions["pusher"]
 
 
-def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
+def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
     """Commit the new row (with its lease), then push it at once; 200 for a key replay.
 
     While the circuit breaker is open the row is committed without a lease and
@@ -72,7 +61,7 @@ def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int
     with transaction() as db_session:
         row, created = services.create_object(
             db_session=db_session,
-            resource=kind.resource,
+            resource=resource,
             values=values,
             idempotency_key=key,
             lease=INLINE_LEASE if pushing else NO_LEASE,
@@ -80,17 +69,17 @@ def create_and_push(kind: Kind, values: dict[str, Any]) -> tuple[RowMapping, int
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
     if pushing:
-        row = pusher().push_now(kind, row)  # never raises: the intent is committed
+        row = pusher().push_now(resource, row)  # never raises: the intent is committed
     return row, 201, {"Location": created_location(row["id"])}
 
 
-def claim_for_push(kind: Kind, row: RowMapping, db_session: Connection) -> RowMapping | None:
+def claim_for_push(resource: Resource, row: RowMapping, db_session: Connection) -> RowMapping | None:
     """Within the caller's transaction: take the lease if free (else the reconciler pushes)."""
-    return services.claim(db_session=db_session, resource=kind.resource, object_id=row["id"], lease=INLINE_LEASE)
+    return services.claim(db_session=db_session, resource=resource, object_id=row["id"], lease=INLINE_LEASE)
 
 
-def push_if_claimed(kind: Kind, row: RowMapping, claimed: RowMapping | None) -> RowMapping:
-    return pusher().push_now(kind, claimed) if claimed is not None else row
+def push_if_claimed(resource: Resource, row: RowMapping, claimed: RowMapping | None) -> RowMapping:
+    return pusher().push_now(resource, claimed) if claimed is not None else row
 
 
 def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
@@ -100,164 +89,142 @@ def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
     return schema.dump(row), 202
 
 
-@blp.route("/clusters")
-class Clusters(MethodView):
-    @blp.arguments(PageArgs(), location="query")
-    @blp.response(200, ClusterPage)
-    def get(self, args):
-        """List your live clusters, oldest first."""
-        with transaction() as db_session:
-            items, next_after = services.list_objects(
-                db_session=db_session, resource=CLUSTER.resource, filters={"account_id": g.principal}, **args
-            )
-        return {"items": items, "next_after": next_after}
+def blueprint(registry: Registry = RESOURCES) -> Blueprint:
+    """The public routes of every resource in ``registry``, on a blueprint of its own (one per app)."""
+    blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and firewall rules of your account")
+    for resource in registry:
+        _collection_routes(blp, resource)
+        _item_routes(blp, resource)
+    return blp
 
-    @blp.arguments(ClusterCreate())
-    @blp.doc(parameters=[IDEMPOTENCY_KEY])
-    @blp.response(
-        201, ClusterOut, description="Created (sync_state tells whether cluster_svc has it yet)", headers=CREATED_HEADERS
+
+def _collection_routes(blp: Blueprint, resource: Resource) -> None:
+    schemas, words, parent = resource.schemas, resource.words, resource.parent
+    no_parent = f"No such {parent.words} in your account" if parent else None
+
+    class Collection(MethodView):
+        @blp.arguments(PageArgs(), location="query")
+        @blp.response(200, schemas["page"])
+        @(blp.problem(404, no_parent) if parent else _same)
+        @(blp.problem(410, f"The {parent.words} was deleted") if parent else _same)
+        @documented(f"List your live {words}s, oldest first." if parent is None
+                    else f"List a {parent.words}'s live {words}s.")
+        def get(self, args, **path_ids):
+            scope = resource.scope_from_path(path_ids)
+            with transaction() as db_session:
+                if parent is not None:
+                    own_parent(db_session, resource, scope)
+                items, next_after = services.list_objects(
+                    db_session=db_session, resource=resource, filters=scope or {"account_id": g.principal}, **args
+                )
+            return {"items": items, "next_after": next_after}
+
+        @blp.arguments(schemas["create"]())
+        @blp.doc(parameters=[IDEMPOTENCY_KEY])
+        @blp.response(
+            201, schemas["out"], description="Created (sync_state tells whether cluster_svc has it yet)",
+            headers=CREATED_HEADERS,
+        )
+        @blp.alt_response(
+            200, schema=schemas["out"], description="Replayed with the same Idempotency-Key and body",
+            headers=REPLAYED_HEADERS,
+        )
+        @blp.problem(400, INVALID_KEY)
+        @(blp.problem(404, no_parent) if parent else _same)
+        @blp.problem(
+            410,
+            f"The {parent.words} was deleted, or the Idempotency-Key belongs to a {words} since deleted (gone)"
+            if parent else f"The Idempotency-Key belongs to a {words} since deleted (gone)",
+        )
+        @blp.problem(422, KEY_REUSED)
+        @documented(f"Create a {words}; it gets a UUIDv7 and is pushed down to cluster_svc." if parent is None
+                    else f"Add a {words}; pushed down once its {parent.words} is.")
+        def post(self, body, **path_ids):
+            scope = resource.scope_from_path(path_ids)
+            if parent is not None:
+                # The parent must be this account's (an account never changes, so this
+                # may be checked apart); that it is alive is checked by the insert itself.
+                with transaction() as db_session:
+                    own_parent(db_session, resource, scope)
+            return create_and_push(resource, {**body, **scope, "account_id": g.principal})
+
+    blp.route(resource.collection_path(), endpoint=f"{resource.key}_collection")(Collection)
+
+
+def _item_routes(blp: Blueprint, resource: Resource) -> None:
+    schemas, words = resource.schemas, resource.words
+    out = schemas["out"]()
+    mutable = " or ".join(schemas["patch"]().fields)
+    under = [child.words + "s" for child in resource.children]
+
+    class Item(MethodView):
+        @blp.response(200, schemas["out"])
+        @blp.problem(404, f"No such {words} in your account")
+        @blp.problem(410, "Deleted")
+        @documented(f"Get a {words} with its sync state.")
+        def get(self, **path_ids):
+            object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
+            with transaction() as db_session:
+                return services.get_object(
+                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id, **scope
+                )
+
+        @blp.arguments(schemas["patch"](partial=True))
+        @blp.response(200, schemas["out"])
+        @blp.problem(404, f"No such {words} in your account")
+        @blp.problem(410, "Deleted")
+        @documented(f"Change a {words}'s {mutable}; bumps the generation and pushes it down.")
+        def patch(self, changes, **path_ids):
+            object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
+            with transaction() as db_session:
+                row = services.update_object(
+                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
+                    changes=changes, **scope,
+                )
+                claimed = claim_for_push(resource, row, db_session)
+            return push_if_claimed(resource, row, claimed)
+
+        @blp.response(204, description="Deleted, and cluster_svc confirmed it")
+        @blp.alt_response(202, schema=schemas["out"], description="Deleted; still being pushed down")
+        @blp.problem(404, f"No such {words} in your account")
+        @blp.problem(410, "Already deleted")
+        @documented(f"Delete a {words}" + (f" and its {' and '.join(under)}." if under else "."))
+        def delete(self, **path_ids):
+            object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
+            with transaction() as db_session:
+                row = services.delete_object(
+                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id, **scope
+                )
+                claimed = claim_for_push(resource, row, db_session)
+            return deleted_answer(push_if_claimed(resource, row, claimed), out)
+
+    blp.route(resource.item_path(), endpoint=resource.key)(Item)
+
+
+def own_parent(db_session: Connection, resource: Resource, scope: dict[str, Any]) -> RowMapping:
+    """The parent ``scope`` names, if it is this account's and lies under the ancestors ``scope`` names.
+
+    :raise NotFound: not this account's (or no such parent). :raise Gone: deleted.
+    """
+    parent = resource.parent
+    return services.get_object(
+        db_session=db_session,
+        resource=parent,
+        account_id=g.principal,
+        object_id=scope[parent.id_column],
+        **{column: scope[column] for column in parent.scope_columns},
     )
-    @blp.alt_response(
-        200, schema=ClusterOut, description="Replayed with the same Idempotency-Key and body", headers=REPLAYED_HEADERS
-    )
-    @blp.problem(400, INVALID_KEY)
-    @blp.problem(410, "The Idempotency-Key belongs to a cluster since deleted (gone)")
-    @blp.problem(422, KEY_REUSED)
-    def post(self, cluster_in):
-        """Create a cluster; it gets a UUIDv7 and is pushed down to cluster_svc."""
-        values = {**cluster_in, "account_id": g.principal}
-        return create_and_push(CLUSTER, values)
 
 
-@blp.route("/clusters/<object_id:cluster_id>")
-class Cluster(MethodView):
-    @blp.response(200, ClusterOut)
-    @blp.problem(404, "No such cluster in your account")
-    @blp.problem(410, "Deleted")
-    def get(self, cluster_id):
-        """Get a cluster with its sync state."""
-        with transaction() as db_session:
-            return services.get_object(
-                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
-            )
+def documented(text: str):
+    """Give a view function the docstring its OpenAPI summary and description come from."""
 
-    @blp.arguments(ClusterPatch(partial=True))
-    @blp.response(200, ClusterOut)
-    @blp.problem(404, "No such cluster in your account")
-    @blp.problem(410, "Deleted")
-    def patch(self, changes, cluster_id):
-        """Change a cluster's name, plan or storage; bumps the generation and pushes it down."""
-        with transaction() as db_session:
-            row = services.update_object(
-                db_session=db_session,
-                resource=CLUSTER.resource,
-                account_id=g.principal,
-                object_id=cluster_id,
-                changes=changes,
-            )
-            claimed = claim_for_push(CLUSTER, row, db_session)
-        return push_if_claimed(CLUSTER, row, claimed)
+    def decorate(function):
+        function.__doc__ = text
+        return function
 
-    @blp.response(204, description="Deleted, and cluster_svc confirmed it")
-    @blp.alt_response(202, schema=ClusterOut, description="Deleted; still being pushed down")
-    @blp.problem(404, "No such cluster in your account")
-    @blp.problem(410, "Already deleted")
-    def delete(self, cluster_id):
-        """Delete a cluster and its firewall rules."""
-        with transaction() as db_session:
-            row = services.delete_object(
-                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
-            )
-            claimed = claim_for_push(CLUSTER, row, db_session)
-        return deleted_answer(push_if_claimed(CLUSTER, row, claimed), ClusterOut())
+    return decorate
 
 
-@blp.route("/clusters/<object_id:cluster_id>/firewall-rules")
-class FirewallRules(MethodView):
-    @blp.arguments(PageArgs(), location="query")
-    @blp.response(200, FirewallRulePage)
-    @blp.problem(404, "No such cluster in your account")
-    @blp.problem(410, "The cluster was deleted")
-    def get(self, args, cluster_id):
-        """List a cluster's live firewall rules."""
-        with transaction() as db_session:
-            services.get_object(
-                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
-            )
-            items, next_after = services.list_objects(
-                db_session=db_session, resource=FIREWALL_RULE.resource, filters={"cluster_id": cluster_id}, **args
-            )
-        return {"items": items, "next_after": next_after}
-
-    @blp.arguments(FirewallRuleCreate())
-    @blp.doc(parameters=[IDEMPOTENCY_KEY])
-    @blp.response(201, FirewallRuleOut, description="Created", headers=CREATED_HEADERS)
-    @blp.alt_response(
-        200, schema=FirewallRuleOut, description="Replayed with the same Idempotency-Key and body", headers=REPLAYED_HEADERS
-    )
-    @blp.problem(400, INVALID_KEY)
-    @blp.problem(404, "No such cluster in your account")
-    @blp.problem(410, "The cluster was deleted, or the Idempotency-Key belongs to a rule since deleted (gone)")
-    @blp.problem(422, KEY_REUSED)
-    def post(self, rule_in, cluster_id):
-        """Add a firewall rule; pushed down once its cluster is."""
-        # The cluster must be this account's (an account never changes, so this
-        # may be checked apart); that it is alive is checked by the insert itself.
-        with transaction() as db_session:
-            services.get_object(
-                db_session=db_session, resource=CLUSTER.resource, account_id=g.principal, object_id=cluster_id
-            )
-        values = {**rule_in, "cluster_id": cluster_id, "account_id": g.principal}
-        return create_and_push(FIREWALL_RULE, values)
-
-
-@blp.route("/clusters/<object_id:cluster_id>/firewall-rules/<object_id:rule_id>")
-class FirewallRule(MethodView):
-    @blp.response(200, FirewallRuleOut)
-    @blp.problem(404, "No such rule in your account")
-    @blp.problem(410, "Deleted")
-    def get(self, cluster_id, rule_id):
-        """Get a firewall rule with its sync state."""
-        with transaction() as db_session:
-            return services.get_object(
-                db_session=db_session,
-                resource=FIREWALL_RULE.resource,
-                account_id=g.principal,
-                object_id=rule_id,
-                cluster_id=cluster_id,
-            )
-
-    @blp.arguments(FirewallRulePatch(partial=True))
-    @blp.response(200, FirewallRuleOut)
-    @blp.problem(404, "No such rule in your account")
-    @blp.problem(410, "Deleted")
-    def patch(self, changes, cluster_id, rule_id):
-        """Change a rule's description; bumps the generation and pushes it down."""
-        with transaction() as db_session:
-            row = services.update_object(
-                db_session=db_session,
-                resource=FIREWALL_RULE.resource,
-                account_id=g.principal,
-                object_id=rule_id,
-                changes=changes,
-                cluster_id=cluster_id,
-            )
-            claimed = claim_for_push(FIREWALL_RULE, row, db_session)
-        return push_if_claimed(FIREWALL_RULE, row, claimed)
-
-    @blp.response(204, description="Deleted, and cluster_svc confirmed it")
-    @blp.alt_response(202, schema=FirewallRuleOut, description="Deleted; still being pushed down")
-    @blp.problem(404, "No such rule in your account")
-    @blp.problem(410, "Already deleted")
-    def delete(self, cluster_id, rule_id):
-        """Delete a firewall rule."""
-        with transaction() as db_session:
-            row = services.delete_object(
-                db_session=db_session,
-                resource=FIREWALL_RULE.resource,
-                account_id=g.principal,
-                object_id=rule_id,
-                cluster_id=cluster_id,
-            )
-            claimed = claim_for_push(FIREWALL_RULE, row, db_session)
-        return deleted_answer(push_if_claimed(FIREWALL_RULE, row, claimed), FirewallRuleOut())
+def _same(function):
+    return function

@@ -1,6 +1,6 @@
 """Counting the outcomes the metrics contract names, for views, the pusher and repair.
 
-Callers say what happened (``count_create("cluster", "replayed")``); this
+Callers say what happened (``count_create("cluster", "replayed")``, the resource by its registry key); this
 module knows how that is recorded, so no view or service imports
 prometheus-client. The metrics module is loaded on the first count (see
 :mod:`shared.metrics` for why not at import), and each label combination's
@@ -54,11 +54,6 @@ def count_repair(resource: str, finding: str) -> None:
     _count("SYNC_REPAIRS", resource, finding)
 
 
-def resource_label(name: str) -> str:
-    """``firewall rule`` (a Resource's name) as a label value: ``firewall_rule``."""
-    return name.replace(" ", "_")
-
-
 def _count(metric: str, resource: str, *labels: str) -> None:
     key = (metric, (resource, *labels))
     child = _children.get(key)
@@ -69,7 +64,7 @@ def _count(metric: str, resource: str, *labels: str) -> None:
             if value not in allowed:
                 raise ValueError(f"{metric}: {value!r} is not one of {allowed}")
 
-        child = _children[key] = getattr(metrics, metric).labels(resource_label(resource), *labels)
+        child = _children[key] = getattr(metrics, metric).labels(resource, *labels)
     child.inc()
 
 

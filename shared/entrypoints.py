@@ -24,6 +24,7 @@ def cluster_svc() -> None:
     _patch_if_serving()
     from cluster_svc.cli import main
 
+    _load_resource_modules()
     main()
 
 
@@ -31,4 +32,12 @@ def platform_svc() -> None:
     _patch_if_serving()
     from platform_svc.cli import main
 
+    _load_resource_modules()
     main()
+
+
+def _load_resource_modules() -> None:
+    """Resources a deployment adds (``RESOURCE_MODULES``), registered before any command builds on the registry."""
+    from shared.registry import load_resource_modules
+
+    load_resource_modules()

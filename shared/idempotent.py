@@ -21,40 +21,16 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, any_, bindparam, func, select, update
+from sqlalchemy import Connection, Table, and_, any_, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.sql import ClauseElement
 
 from shared.errors import Gone, IdConflict, NotFound, ProblemError
-
-
-@dataclass(frozen=True)
-class Resource:
-    """What the mechanism needs to know about a table.
-
-    The table has ``id`` (primary key), ``generation``, ``created_at``,
-    ``updated_at`` and ``deleted_at`` (NULL while alive). A child names its
-    parent and the column that points at it; a create under a missing or
-    deleted parent fails, and deleting the parent deletes its children.
-    """
-
-    name: str
-    table: Table
-    immutable: tuple[str, ...]
-    parent: Resource | None = None
-    parent_column: str | None = None
-    children: list[Resource] = field(default_factory=list, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.parent is not None:
-            self.parent.children.append(self)
-
-    def label(self, object_id: Any) -> str:
-        return f"{self.name.capitalize()} {object_id}"
+from shared.registry import Resource
 
 
 class Deletion(enum.Enum):
@@ -203,7 +179,7 @@ def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[
 def _returned(resource: Resource, row: RowMapping, values: Mapping[str, Any]) -> CreateResult:
     """The answer to a create whose key was taken by ``row``."""
     if row["deleted_at"] is not None:
-        gone = Gone(f"{resource.label(row['id'])} was deleted; a deleted ID is never reused.")
+        gone = Gone(f"{resource.describe(row['id'])} was deleted; a deleted ID is never reused.")
         return CreateResult(Outcome.GONE, error=gone)
     conflicts = [
         {"field": name, "stored": _jsonable(row[name]), "sent": _jsonable(values[name])}
@@ -211,29 +187,35 @@ def _returned(resource: Resource, row: RowMapping, values: Mapping[str, Any]) ->
         if name in values and row[name] != values[name]
     ]
     if conflicts:
-        return CreateResult(Outcome.CONFLICT, error=IdConflict(resource.name, row["id"], conflicts))
+        return CreateResult(Outcome.CONFLICT, error=IdConflict(resource.words, row["id"], conflicts))
     return CreateResult(Outcome.REPLAYED, row)
 
 
 def _parent_states(
     db_session: Connection, resource: Resource, orphans: list[Mapping[str, Any]]
-) -> dict[Any, Any]:
-    """``deleted_at`` of the parents of items that were neither inserted nor found, by parent ID."""
+) -> dict[Any, Mapping[str, Any]]:
+    """The parents of items that were neither inserted nor found, by parent ID:
+    their ``deleted_at`` and the columns naming their own ancestors."""
     if resource.parent is None:
         # Nothing conflicted, yet nothing was inserted: impossible without a parent guard.
-        raise AssertionError(f"{resource.label(orphans[0]['id'])}: insert returned nothing, and no row has the ID")
+        raise AssertionError(f"{resource.describe(orphans[0]['id'])}: insert returned nothing, and no row has the ID")
+    parent = resource.parent
     parent_ids = list({item[resource.parent_column] for item in orphans})
-    return dict(db_session.execute(_select_ids(resource.parent, "id", "deleted_at"), {"ids": parent_ids}).all())
+    rows = db_session.execute(_select_ids(parent, "id", "deleted_at", *parent.scope_columns), {"ids": parent_ids})
+    return {row["id"]: row for row in rows.mappings()}
 
 
-def _refused_by_parent(resource: Resource, parents: Mapping[Any, Any], values: Mapping[str, Any]) -> CreateResult:
-    """The guarded insert found no live parent (and parents never come back to life)."""
+def _refused_by_parent(
+    resource: Resource, parents: Mapping[Any, Mapping[str, Any]], values: Mapping[str, Any]
+) -> CreateResult:
+    """The guarded insert found no live parent under the item's ancestors (and parents never come back to life)."""
     parent_id = values[resource.parent_column]
-    if parent_id not in parents:
-        return CreateResult(Outcome.NOT_FOUND, error=NotFound(f"{resource.parent.label(parent_id)} does not exist."))
-    if parents[parent_id] is not None:
-        return CreateResult(Outcome.GONE, error=Gone(f"{resource.parent.label(parent_id)} was deleted."))
-    raise AssertionError(f"{resource.label(values['id'])}: insert returned nothing, yet the parent is alive")
+    parent = parents.get(parent_id)
+    if parent is None or any(parent[column] != values[column] for column in resource.parent.scope_columns):
+        return CreateResult(Outcome.NOT_FOUND, error=NotFound(f"{resource.parent.describe(parent_id)} does not exist."))
+    if parent["deleted_at"] is not None:
+        return CreateResult(Outcome.GONE, error=Gone(f"{resource.parent.describe(parent_id)} was deleted."))
+    raise AssertionError(f"{resource.describe(values['id'])}: insert returned nothing, yet the parent is alive")
 
 
 @functools.lru_cache(maxsize=64)
@@ -259,7 +241,7 @@ def _insert_statement(resource: Resource, shape: tuple[tuple[str, Any], ...], co
         parent = resource.parent.table
         source = (
             select(*[column.label(name) for name, column in columns.items()])
-            .where(parent.c.id == bindparam(resource.parent_column), parent.c.deleted_at.is_(None))
+            .where(*_parent_guard(resource, bindparam), parent.c.deleted_at.is_(None))
             .with_for_update(read=True)
         )
         stmt = insert(table).from_select(list(columns), source)
@@ -282,12 +264,21 @@ def _insert_many_statement(resource: Resource, columns: tuple[str, ...]) -> Any:
     if resource.parent is not None:
         parent = resource.parent.table
         source = (
-            source.join_from(rows, parent, parent.c.id == rows.c[resource.parent_column])
+            source.join_from(rows, parent, and_(*_parent_guard(resource, lambda name: rows.c[name])))
             .where(parent.c.deleted_at.is_(None))
             .with_for_update(read=True, of=parent)
         )
     stmt = insert(table).from_select(list(columns), source.order_by(rows.c.id))
     return stmt.on_conflict_do_nothing(index_elements=[table.c.id]).returning(*table.c)
+
+
+def _parent_guard(resource: Resource, value: Any) -> list[Any]:
+    """The parent row an item names: its ID, under the same ancestors as the item
+    (``value(column)`` is the item's value of a column)."""
+    parent = resource.parent.table
+    return [parent.c[column] == value(column) for column in resource.parent.scope_columns] + [
+        parent.c.id == value(resource.parent_column)
+    ]
 
 
 @functools.lru_cache(maxsize=64)
@@ -314,7 +305,7 @@ def get_live(
     """
     row = _read(db_session, resource, object_id, scope)
     if row["deleted_at"] is not None:
-        raise Gone(f"{resource.label(object_id)} was deleted.")
+        raise Gone(f"{resource.describe(object_id)} was deleted.")
     return row
 
 
@@ -369,7 +360,7 @@ def mark_deleted(
     if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
         return Deletion.DELETED
     if resource.parent is not None:
-        _require_live_parent(db_session, resource, scope[resource.parent_column])
+        _require_live_parent(db_session, resource, scope)
     tombstone = {"id": object_id, **(scope or {}), "deleted_at": func.now()}
     stmt = insert(table).values(**tombstone).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
     if db_session.execute(stmt).first() is not None:
@@ -391,24 +382,24 @@ def list_live(
     limit: int,
     after: Any = None,
     include_deleted: bool = False,
-    parent_columns: Sequence[str] = (),
+    root_columns: Sequence[str] = (),
 ) -> tuple[Sequence[RowMapping], Any]:
     """One page of objects in id order; return ``(rows, next_after)``.
 
     Live objects only, unless ``include_deleted`` (tombstones too, bare ones
     included: a caller comparing its own records with these needs to see
-    every ID that is taken). ``parent_columns`` adds those columns of each
-    object's parent to its row, under their own names (a firewall rule's
-    ``team_id``), read by the same statement.
+    every ID that is taken). ``root_columns`` adds those columns of each
+    object's root ancestor to its row, under their own names (the ``team_id``
+    of a firewall rule's cluster), read by the same statement.
     """
     table = resource.table
     stmt = select(table).where(*_scope_clauses(table, filters))
     if not include_deleted:
         stmt = stmt.where(table.c.deleted_at.is_(None))
-    if parent_columns:
-        parent = resource.parent.table
-        stmt = stmt.add_columns(*[parent.c[name] for name in parent_columns]).join(
-            parent, parent.c.id == table.c[resource.parent_column]
+    if root_columns:
+        root = resource.root
+        stmt = stmt.add_columns(*[root.table.c[name] for name in root_columns]).join(
+            root.table, root.table.c.id == table.c[root.id_column]
         )
     if after is not None:
         stmt = stmt.where(table.c.id > after)
@@ -419,7 +410,7 @@ def list_live(
 
 
 def soft_delete(db_session: Connection, resource: Resource, where: list[Any]) -> bool:
-    """Tombstone the live row matching ``where``, and its children; False if none was alive."""
+    """Tombstone the live row matching ``where``, and everything under it; False if none was alive."""
     table = resource.table
     stmt = (
         update(table)
@@ -430,8 +421,14 @@ def soft_delete(db_session: Connection, resource: Resource, where: list[Any]) ->
     deleted_id = db_session.execute(stmt).scalar()
     if deleted_id is None:
         return False
-    for child in resource.children:
-        soft_delete(db_session, child, [child.table.c[child.parent_column] == deleted_id])
+    # Every descendant's row names all its ancestors, so each level is one UPDATE by this ID.
+    for descendant in resource.descendants:
+        column = descendant.table.c[resource.id_column]
+        db_session.execute(
+            update(descendant.table)
+            .where(column == deleted_id, descendant.table.c.deleted_at.is_(None))
+            .values(deleted_at=func.now(), updated_at=func.now())
+        )
     return True
 
 
@@ -450,19 +447,29 @@ def _read(
     row = db_session.execute(stmt).mappings().first()
     if row is None:
         if resource.parent is not None and scope:
-            _require_live_parent(db_session, resource, scope[resource.parent_column])
-        raise NotFound(f"{resource.label(object_id)} does not exist.")
+            _require_live_parent(db_session, resource, scope)
+        raise NotFound(f"{resource.describe(object_id)} does not exist.")
     return row
 
 
-def _require_live_parent(db_session: Connection, resource: Resource, parent_id: Any) -> None:
-    """:raise NotFound: no such parent. :raise Gone: the parent was deleted."""
+def _require_live_parent(db_session: Connection, resource: Resource, scope: Mapping[str, Any]) -> None:
+    """The parent ``scope`` names, under the ancestors it names.
+
+    :raise NotFound: no such parent (there). :raise Gone: the parent was deleted.
+    """
     parent = resource.parent
-    deleted_at = db_session.execute(select(parent.table.c.deleted_at).where(parent.table.c.id == parent_id)).first()
+    parent_id = scope[resource.parent_column]
+    where = [parent.table.c.id == parent_id, *_scope_clauses(parent.table, _within(parent, scope))]
+    deleted_at = db_session.execute(select(parent.table.c.deleted_at).where(*where)).first()
     if deleted_at is None:
-        raise NotFound(f"{parent.label(parent_id)} does not exist.")
+        raise NotFound(f"{parent.describe(parent_id)} does not exist.")
     if deleted_at[0] is not None:
-        raise Gone(f"{parent.label(parent_id)} was deleted.")
+        raise Gone(f"{parent.describe(parent_id)} was deleted.")
+
+
+def _within(resource: Resource, scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of ``scope`` that names ``resource``'s own ancestors."""
+    return {column: scope[column] for column in resource.scope_columns if column in scope}
 
 
 def _scope_clauses(table: Table, scope: Mapping[str, Any] | None) -> list[Any]:

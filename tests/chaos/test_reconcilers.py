@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from platform_svc import services
-from platform_svc.models import CLUSTERS, FIREWALL_RULES
+from platform_svc.resources import CLUSTER as CLUSTERS, FIREWALL_RULE as FIREWALL_RULES
 from shared.db import Database
 from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for

@@ -16,9 +16,9 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from cluster_svc import services
+from cluster_svc.resources import CLUSTER, FIREWALL_RULE
 from cluster_svc.schemas import ClusterCreate, FirewallRuleCreate
-from shared.idempotent import Outcome
+from shared.idempotent import Outcome, create_or_return_many
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
 
@@ -41,17 +41,18 @@ def create_many(request, client):
     """``create_many(db_session, ids)``: the service's batch create of new objects with these IDs."""
     if request.param == "clusters":
         team_id = str(uuid.uuid4())  # the same object each time an ID is sent
-        return lambda db_session, ids: services.create_clusters(
+        return lambda db_session, ids: create_or_return_many(
             db_session=db_session,
-            clusters_in=[ClusterCreate().load(cluster_body(id=str(i), team_id=team_id)) for i in ids],
+            resource=CLUSTER,
+            items=[ClusterCreate().load(cluster_body(id=str(i), team_id=team_id)) for i in ids],
         )
     response = client.post("/v1/clusters", json=cluster_body())
     assert response.status_code == 201
     cluster_id = uuid.UUID(response.get_json()["id"])
-    return lambda db_session, ids: services.create_firewall_rules(
+    return lambda db_session, ids: create_or_return_many(
         db_session=db_session,
-        cluster_id=cluster_id,
-        rules_in=[FirewallRuleCreate().load(rule_body(id=str(i))) for i in ids],
+        resource=FIREWALL_RULE,
+        items=[{**FirewallRuleCreate().load(rule_body(id=str(i))), "cluster_id": cluster_id} for i in ids],
     )
 
 

@@ -11,7 +11,7 @@ import uuid
 from sqlalchemy import text
 
 from platform_svc.repair import read_page, requeue
-from platform_svc.sync import CLUSTER
+from platform_svc.resources import CLUSTER
 from shared.db import Database
 from tests.e2e.conftest import CLUSTER_FIELDS, RULE_FIELDS, cluster_body, wait_for
 from tooling.testing import console_script
@@ -171,13 +171,13 @@ def test_a_requeue_yields_to_a_change_made_since_the_row_was_read(pair):
     database = Database(pair.platform_db_url, pool_size=1)
     try:
         with database.begin() as db_session:
-            [row] = read_page(db_session=db_session, kind=CLUSTER, after=None, limit=10)
+            [row] = read_page(db_session=db_session, resource=CLUSTER, after=None, limit=10)
         changed(pair, "PATCH", f"/v1/clusters/{cluster_id}", {"storage_gb": 300})  # pushed and synced again
         before = pair.platform_rows("clusters")[cluster_id]
 
         with database.begin() as db_session:
             applied = requeue(
-                db_session=db_session, kind=CLUSTER, row=row, finding="missing", theirs=None, dry_run=False
+                db_session=db_session, resource=CLUSTER, row=row, finding="missing", theirs=None, dry_run=False
             )
 
         assert not applied

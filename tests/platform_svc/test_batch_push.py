@@ -11,7 +11,8 @@ import pytest
 import requests
 
 from platform_svc import services
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, Claim, Pusher, units
+from platform_svc.resources import CLUSTER, FIREWALL_RULE
+from platform_svc.sync import Claim, Pusher, units
 from shared.client import ClientPolicy, InternalClient
 from tooling.faultproxy import FaultProxy
 from tooling.testing import StatementCounter, db_row
@@ -33,7 +34,7 @@ def record_pending(database, account, kind, count, **values):
     with database.begin() as db_session:
         return [
             str(services.create_object(
-                db_session=db_session, resource=kind.resource, values={**body, "account_id": account[0], **values},
+                db_session=db_session, resource=kind, values={**body, "account_id": account[0], **values},
                 idempotency_key=None, lease=timedelta(0),
             )[0]["id"])
             for _ in range(count)
@@ -43,7 +44,7 @@ def record_pending(database, account, kind, count, **values):
 def claim(database, kind, object_id):
     with database.begin() as db_session:
         return services.claim(
-            db_session=db_session, resource=kind.resource, object_id=object_id, lease=timedelta(seconds=60)
+            db_session=db_session, resource=kind, object_id=object_id, lease=timedelta(seconds=60)
         )
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from platform_svc.breaker import CircuitBreaker
-from platform_svc.sync import RetryPolicy
+from platform_svc.recording import RetryPolicy
 
 
 class Clock:

@@ -17,7 +17,9 @@ from sqlalchemy import text
 
 from platform_svc import services
 from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
-from platform_svc.sync import CLUSTER, FIREWALL_RULE, Claim, Pusher, RetryPolicy, claim_due, requeue_failed
+from platform_svc.recording import RetryPolicy
+from platform_svc.resources import CLUSTER, FIREWALL_RULE
+from platform_svc.sync import Claim, Pusher, claim_due, requeue_failed
 from shared.client import Answer, ClientPolicy, InternalClient, Outcome
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
@@ -33,7 +35,7 @@ def due_now(engine, table, object_id):
 def claimed_ids(database, kind):
     """What a reconciler would claim right now (the claim is rolled back)."""
     with database.engine.connect() as db_session:
-        rows = claim_due(db_session=db_session, kind=kind, limit=10_000, lease=timedelta(seconds=60))
+        rows = claim_due(db_session=db_session, resource=kind, limit=10_000, lease=timedelta(seconds=60))
         db_session.rollback()
     return {str(row["id"]) for row in rows}
 
@@ -41,7 +43,7 @@ def claimed_ids(database, kind):
 def claim_one(database, kind, object_id):
     with database.begin() as db_session:
         return services.claim(
-            db_session=db_session, resource=kind.resource, object_id=object_id, lease=timedelta(seconds=60)
+            db_session=db_session, resource=kind, object_id=object_id, lease=timedelta(seconds=60)
         )
 
 
@@ -376,7 +378,7 @@ def fail_permanently(platform_database, refusing_pusher, object_id):
 
 def requeue(platform_database):
     with platform_database.begin() as db_session:
-        return requeue_failed(db_session=db_session, kind=CLUSTER)
+        return requeue_failed(db_session=db_session, resource=CLUSTER)
 
 
 def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
