@@ -22,20 +22,20 @@ from shared.schemas import (
 GENERATION = validate.Range(min=1, max=2**31 - 1)
 
 
-def _generation(**kwargs) -> StrictInteger:
+def generation_field(**kwargs) -> StrictInteger:
     return StrictInteger(validate=GENERATION, **kwargs)
 
 
 class ClusterCreate(ClusterFields):
     id = ObjectId(required=True, metadata={"description": "Chosen by the caller; the idempotency key"})
     team_id = ObjectId(required=True)
-    generation = _generation(load_default=1)
+    generation = generation_field(load_default=1)
 
 
 class ClusterUpdate(ClusterMutableFields):
     """A PUT: the generation it wants to reach and every mutable field."""
 
-    generation = _generation(required=True)
+    generation = generation_field(required=True)
 
 
 INCLUDE_DELETED = {
@@ -54,7 +54,7 @@ class ClusterListArgs(ListArgs):
     team_id = ObjectId(load_default=None)
 
 
-class _Lifecycle(OutputSchema):
+class LifecycleOut(OutputSchema):
     generation = fields.Integer()
     created_at = fields.DateTime()
     updated_at = fields.DateTime()
@@ -66,7 +66,7 @@ class _Lifecycle(OutputSchema):
 TOMBSTONE_NULL = {"allow_none": True}
 
 
-class ClusterOut(_Lifecycle):
+class ClusterOut(LifecycleOut):
     id = fields.UUID()
     team_id = fields.UUID(**TOMBSTONE_NULL)
     name = fields.String(**TOMBSTONE_NULL)
@@ -78,17 +78,17 @@ class ClusterOut(_Lifecycle):
 
 class FirewallRuleCreate(FirewallRuleFields):
     id = ObjectId(required=True, metadata={"description": "Chosen by the caller; the idempotency key"})
-    generation = _generation(load_default=1)
+    generation = generation_field(load_default=1)
 
 
 class FirewallRuleUpdate(FirewallRuleMutableFields):
     """A PUT: the generation it wants to reach and every mutable field."""
 
-    generation = _generation(required=True)
+    generation = generation_field(required=True)
     description = description_field(required=True)
 
 
-class FirewallRuleOut(_Lifecycle):
+class FirewallRuleOut(LifecycleOut):
     id = fields.UUID()
     cluster_id = fields.UUID()
     cidr = IPNetwork(**TOMBSTONE_NULL)

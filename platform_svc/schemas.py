@@ -23,7 +23,7 @@ class ClusterCreate(ClusterFields):
     pass
 
 
-class _Patch:
+class Patch:
     class Meta(InputSchema.Meta):
         json_schema = {"minProperties": 1}  # as _not_empty below refuses {}
 
@@ -33,7 +33,7 @@ class _Patch:
             raise ValidationError("Send at least one field to change.")
 
 
-class ClusterPatch(_Patch, ClusterMutableFields):
+class ClusterPatch(Patch, ClusterMutableFields):
     """Any of the mutable fields; each PATCH bumps the generation."""
 
 
@@ -41,11 +41,11 @@ class FirewallRuleCreate(FirewallRuleFields):
     pass
 
 
-class FirewallRulePatch(_Patch, FirewallRuleMutableFields):
+class FirewallRulePatch(Patch, FirewallRuleMutableFields):
     pass
 
 
-class _Synced(OutputSchema):
+class SyncedOut(OutputSchema):
     generation = fields.Integer()
     sync_state = fields.String(metadata={"description": "pending, synced or failed"})
     sync_error = fields.String(allow_none=True, metadata={"description": "Why the last push did not succeed"})
@@ -55,7 +55,7 @@ class _Synced(OutputSchema):
     deleted_at = fields.DateTime(allow_none=True)
 
 
-class ClusterOut(_Synced):
+class ClusterOut(SyncedOut):
     id = fields.UUID(metadata={"description": "A UUIDv7 the platform assigned"})
     name = fields.String()
     region = fields.String()
@@ -64,7 +64,7 @@ class ClusterOut(_Synced):
     storage_gb = fields.Integer()
 
 
-class FirewallRuleOut(_Synced):
+class FirewallRuleOut(SyncedOut):
     id = fields.UUID()
     cluster_id = fields.UUID()
     cidr = IPNetwork()

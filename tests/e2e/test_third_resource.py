@@ -1,0 +1,171 @@
+"""A resource the product does not ship, registered with one line per service,
+gets the whole contract on real processes: notes on a firewall rule, two
+levels deep (tests/e2e/notes.py, loaded through ``RESOURCE_MODULES``).
+
+Nothing outside tests/ knows notes exist: the routes, the push, the
+reconciler, repair and ``sync-status`` all come from the registry.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from shared.cli import migrate
+from tests.e2e.conftest import Pair, cluster_body
+from tooling.testing import ROOT, fresh_database
+
+NOTES_ENV = {"RESOURCE_MODULES": "tests.e2e.notes", "PYTHONPATH": str(ROOT)}
+NOTE_FIELDS = ("cluster_id", "firewall_rule_id", "topic", "text", "generation")
+
+
+@pytest.fixture(scope="module")
+def pair(pg_server_url):
+    """One pair for the module: no test here kills, freezes or reconfigures a process."""
+    cluster_db_url = fresh_database(pg_server_url, "e2e_cluster")
+    platform_db_url = fresh_database(pg_server_url, "e2e_platform")
+    migrate(CLUSTER_MIGRATIONS, cluster_db_url)
+    migrate(PLATFORM_MIGRATIONS, platform_db_url)
+    # What a deployment's own migration would do for its added resource.
+    subprocess.run(
+        [sys.executable, "-m", "tests.e2e.notes", cluster_db_url, platform_db_url], cwd=ROOT, check=True
+    )
+    pair = Pair(cluster_db_url, platform_db_url, env=NOTES_ENV)
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.close()
+
+
+def internal_rule(pair: Pair) -> tuple[str, str]:
+    """A cluster and a firewall rule created directly in cluster_svc; their IDs."""
+    cluster_id, rule_id = str(uuid.uuid4()), str(uuid.uuid4())
+    cluster = {"id": cluster_id, "team_id": str(uuid.uuid4()), **cluster_body()}
+    assert pair.internal("POST", "/v1/clusters", json=cluster).status_code == 201
+    rule = {"id": rule_id, "cidr": "10.0.0.0/8"}
+    assert pair.internal("POST", f"/v1/clusters/{cluster_id}/firewall-rules", json=rule).status_code == 201
+    return cluster_id, rule_id
+
+
+def test_cluster_svc_serves_the_added_resource_with_the_whole_contract(pair):
+    cluster_id, rule_id = internal_rule(pair)
+    notes = f"/v1/clusters/{cluster_id}/firewall-rules/{rule_id}/notes"
+    note = {"id": str(uuid.uuid4()), "topic": "audit", "text": "checked"}
+
+    created = pair.internal("POST", notes, json=note)
+    assert created.status_code == 201, created.text
+    assert created.headers["Location"].endswith(f"{notes}/{note['id']}")
+    assert created.json()["firewall_rule_id"] == rule_id and created.json()["cluster_id"] == cluster_id
+
+    replayed = pair.internal("POST", notes, json={**note, "text": "mutable, so a replay"})
+    assert (replayed.status_code, replayed.headers.get("Idempotent-Replayed")) == (200, "true")
+    assert replayed.json()["text"] == "checked"  # the current state, not the replay's
+
+    conflict = pair.internal("POST", notes, json={**note, "topic": "owner"})
+    assert conflict.status_code == 409
+    assert conflict.json()["code"] == "id_conflict"
+    assert [c["field"] for c in conflict.json()["conflicts"]] == ["topic"]
+
+    item = f"{notes}/{note['id']}"
+    applied = pair.internal("PUT", item, json={"generation": 3, "text": "third"})
+    stale = pair.internal("PUT", item, json={"generation": 2, "text": "second"})
+    assert applied.json()["generation"] == 3
+    assert (stale.status_code, stale.json()["text"], stale.json()["generation"]) == (200, "third", 3)
+    assert pair.internal("GET", item).json()["text"] == "third"
+
+    listed = pair.internal("GET", notes).json()["items"]
+    assert [n["id"] for n in listed] == [note["id"]]
+
+    # The chain is checked whole: the rule under another cluster is no parent of anything.
+    other_cluster, _ = internal_rule(pair)
+    wrong = f"/v1/clusters/{other_cluster}/firewall-rules/{rule_id}/notes"
+    assert pair.internal("POST", wrong, json={"id": str(uuid.uuid4()), "topic": "audit"}).status_code == 404
+    assert pair.internal("GET", f"{wrong}/{note['id']}").status_code == 404
+
+    batch = pair.internal("POST", f"{notes}/batch", json={"items": [
+        {"id": str(uuid.uuid4()), "topic": "owner"},
+        note,
+        {**note, "topic": "expiry"},
+        {"id": str(uuid.uuid4()), "topic": "not-a-topic"},
+    ]})
+    assert batch.status_code == 200
+    assert [result["status"] for result in batch.json()["results"]] == [201, 200, 409, 422]
+
+    assert pair.internal("DELETE", item).status_code == 204
+    assert pair.internal("DELETE", item).json()["code"] == "gone"
+    assert pair.internal("GET", item).status_code == 410
+    late = pair.internal("POST", notes, json=note)
+    assert (late.status_code, late.json()["code"]) == (410, "gone")
+    never_seen = pair.internal("DELETE", f"{notes}/{uuid.uuid4()}")
+    assert never_seen.status_code == 404
+
+    everything = pair.internal("GET", "/v1/notes?include_deleted=true&limit=500").json()["items"]
+    mine = {n["id"]: n for n in everything if n["firewall_rule_id"] == rule_id}
+    assert mine[note["id"]]["deleted_at"] is not None
+    assert all(n["team_id"] for n in mine.values() if n["cluster_id"])
+
+    # Deleting the cluster at the top makes everything under it gone, two levels down.
+    survivor = batch.json()["results"][0]["object"]["id"]
+    assert pair.internal("DELETE", f"/v1/clusters/{cluster_id}").status_code == 204
+    assert pair.internal("GET", f"{notes}/{survivor}").status_code == 410
+
+    metrics = pair.internal("GET", "/metrics").text
+    assert 'idempotent_creates_total{outcome="created",resource="note"}' in metrics
+    assert 'idempotent_updates_total{outcome="stale",resource="note"} 1.0' in metrics
+
+
+def test_the_platform_pushes_repairs_and_reports_the_added_resource(pair):
+    cluster = pair.api("POST", "/v1/clusters", json=cluster_body())
+    rule = pair.api("POST", f"/v1/clusters/{cluster.json()['id']}/firewall-rules", json={"cidr": "10.1.0.0/16"})
+    notes = f"/v1/clusters/{cluster.json()['id']}/firewall-rules/{rule.json()['id']}/notes"
+    note = pair.api("POST", notes, json={"topic": "owner", "text": "team db"}, headers={"Idempotency-Key": "n-1"})
+    assert (note.status_code, note.json()["sync_state"]) == (201, "synced"), note.text
+    note_id = note.json()["id"]
+    again = pair.api("POST", notes, json={"topic": "owner", "text": "team db"}, headers={"Idempotency-Key": "n-1"})
+    assert (again.status_code, again.json()["id"]) == (200, note_id)
+
+    patched = pair.api("PATCH", f"{notes}/{note_id}", json={"text": "owned by data"})
+    assert (patched.json()["generation"], patched.json()["sync_state"]) == (2, "synced")
+    assert_downstream_matches(pair, note_id)
+
+    # cluster_svc loses the note behind the platform's back: repair finds it, the reconciler restores it.
+    with pair.cluster_engine.begin() as conn:
+        conn.execute(text("DELETE FROM notes WHERE id = :id"), {"id": note_id})
+    repaired = pair.cli("repair")
+    assert repaired.returncode == 0, repaired.stderr
+    assert f"missing note {note_id}" in repaired.stdout
+    status = pair.cli("sync-status")
+    assert "notes: 0 synced, 1 pending, 0 failed, 0 stalled" in status.stdout, status.stdout
+    reconciled = pair.cli("reconcile", "--once")
+    assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
+    assert_downstream_matches(pair, note_id)
+    assert "notes: 1 synced, 0 pending, 0 failed, 0 stalled" in pair.cli("sync-status").stdout
+
+    assert pair.api("DELETE", f"{notes}/{note_id}").status_code == 204
+    assert pair.api("GET", f"{notes}/{note_id}").status_code == 410
+    assert pair.cluster_svc_rows("notes")[note_id]["deleted_at"] is not None
+
+
+def test_a_parent_deleted_on_the_platform_takes_its_grandchildren_along(pair):
+    cluster = pair.api("POST", "/v1/clusters", json=cluster_body()).json()
+    rule = pair.api("POST", f"/v1/clusters/{cluster['id']}/firewall-rules", json={"cidr": "10.2.0.0/16"}).json()
+    notes = f"/v1/clusters/{cluster['id']}/firewall-rules/{rule['id']}/notes"
+    note = pair.api("POST", notes, json={"topic": "expiry"}).json()
+
+    assert pair.api("DELETE", f"/v1/clusters/{cluster['id']}").status_code == 204
+    assert pair.api("GET", f"{notes}/{note['id']}").status_code == 410
+    assert pair.platform_rows("notes")[note["id"]]["deleted_at"] is not None
+    assert pair.cluster_svc_rows("notes")[note["id"]]["deleted_at"] is not None
+    assert pair.api("POST", notes, json={"topic": "audit"}).status_code == 410
+
+
+def assert_downstream_matches(pair: Pair, note_id: str) -> None:
+    upstream, downstream = pair.platform_rows("notes")[note_id], pair.cluster_svc_rows("notes")[note_id]
+    assert {f: str(downstream[f]) for f in NOTE_FIELDS} == {f: str(upstream[f]) for f in NOTE_FIELDS}
+    assert upstream["sync_state"] == "synced"
