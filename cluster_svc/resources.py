@@ -15,7 +15,6 @@ from cluster_svc.schemas import (
     FirewallRuleCreate,
     FirewallRuleOut,
     FirewallRuleUpdate,
-    resource_schemas,
 )
 from shared.registry import Registry, Resource
 
@@ -27,12 +26,10 @@ RESOURCES = Registry()
 
 CLUSTER = RESOURCES.register(Resource(
     "cluster", Cluster.__table__, immutable=("team_id", "region", "postgres_version"),
-    schemas=resource_schemas("Cluster", create=ClusterCreate, update=ClusterUpdate, out=ClusterOut,
-                             list_args=ClusterListArgs),
+    schemas={"create": ClusterCreate, "update": ClusterUpdate, "out": ClusterOut, "list_args": ClusterListArgs},
     options={"filters": ("team_id",)},
 ))
 FIREWALL_RULE = RESOURCES.register(Resource(
     "firewall_rule", FirewallRule.__table__, immutable=("cluster_id", "cidr"), parent=CLUSTER,
-    schemas=resource_schemas("FirewallRule", create=FirewallRuleCreate, update=FirewallRuleUpdate,
-                             out=FirewallRuleOut),
+    schemas={"create": FirewallRuleCreate, "update": FirewallRuleUpdate, "out": FirewallRuleOut},
 ))

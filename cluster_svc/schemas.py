@@ -1,6 +1,8 @@
 """cluster_svc's request and response bodies."""
 from __future__ import annotations
 
+import functools
+
 from marshmallow import fields, utils, validate
 
 from shared.schemas import (
@@ -18,6 +20,7 @@ from shared.schemas import (
     description_field,
     page_schema,
 )
+from shared.registry import Resource
 
 GENERATION = validate.Range(min=1, max=2**31 - 1)
 
@@ -146,15 +149,16 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
     return request, response
 
 
-def resource_schemas(
-    name: str, *, create: type, update: type, out: type, list_args: type = PageArgs
-) -> dict[str, type]:
-    """Every body of one resource's routes, by role, named after ``name`` (its CamelCase key).
+@functools.lru_cache(maxsize=None)
+def route_schemas(resource: Resource) -> dict[str, type]:
+    """Every body of one resource's routes, by role, named after its key (``FirewallRulePage``).
 
-    ``create``, ``update`` and ``out`` are the resource's own; the pages, the
-    batch bodies and the bulk listing's are derived from them. ``list_args``:
-    the query of its collection's listing (a root's may filter by more).
+    ``create``, ``update`` and ``out`` are the resource's own (its
+    registration's ``schemas``), and so is ``list_args`` if given: the query
+    of its collection's listing (a root's may filter by more). The pages, the
+    batch bodies and the bulk listing's are derived, once per resource.
     """
+    name, create, out = resource.camel, resource.schemas["create"], resource.schemas["out"]
     batch_create, batch_results = batch_schemas(create, out, name)
     listed = type(
         f"{name}Listed",
@@ -165,10 +169,8 @@ def resource_schemas(
         },
     )
     return {
-        "create": create,
-        "update": update,
-        "out": out,
-        "list_args": list_args,
+        "list_args": PageArgs,
+        **resource.schemas,
         "page": page_schema(out, f"{name}Page"),
         "batch_create": batch_create,
         "batch_results": batch_results,

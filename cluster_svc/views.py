@@ -20,7 +20,7 @@ from marshmallow import Schema, ValidationError
 from sqlalchemy import Connection
 
 from cluster_svc.resources import OWNER, RESOURCES
-from cluster_svc.schemas import MAX_BATCH_ITEMS
+from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
 from shared.api import Blueprint, created_location, no_content
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
@@ -150,7 +150,7 @@ def blueprint(registry: Registry = RESOURCES) -> Blueprint:
 
 
 def _collection_routes(blp: Blueprint, resource: Resource) -> None:
-    schemas, words, parent = resource.schemas, resource.words, resource.parent
+    schemas, words, parent = route_schemas(resource), resource.words, resource.parent
     create_schema = schemas["create"]()
     immutable = ", ".join(name for name in resource.immutable if name not in resource.scope_columns)
     no_parent = f"No such {parent.words}" if parent else None
@@ -222,7 +222,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
 
 
 def _item_routes(blp: Blueprint, resource: Resource) -> None:
-    schemas, words = resource.schemas, resource.words
+    schemas, words = route_schemas(resource), resource.words
     under = [child.words + "s" for child in resource.children]
 
     class Item(MethodView):
@@ -270,7 +270,7 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
 
 def _bulk_listing(blp: Blueprint, resource: Resource) -> None:
     """Every object of a child resource across its parents, each with its tree's owner."""
-    schemas = resource.schemas
+    schemas = route_schemas(resource)
 
     class Bulk(MethodView):
         @blp.arguments(schemas["bulk_args"](), location="query")

@@ -15,7 +15,6 @@ from platform_svc.schemas import (
     FirewallRuleCreate,
     FirewallRuleOut,
     FirewallRulePatch,
-    resource_schemas,
 )
 from shared.registry import Registry, Resource
 
@@ -27,9 +26,9 @@ RESOURCES = Registry()
 
 CLUSTER = RESOURCES.register(Resource(
     "cluster", Cluster.__table__, immutable=KEY_REPLAY,
-    schemas=resource_schemas("Cluster", create=ClusterCreate, patch=ClusterPatch, out=ClusterOut),
+    schemas={"create": ClusterCreate, "patch": ClusterPatch, "out": ClusterOut},
 ))
 FIREWALL_RULE = RESOURCES.register(Resource(
     "firewall_rule", FirewallRule.__table__, immutable=KEY_REPLAY, parent=CLUSTER,
-    schemas=resource_schemas("FirewallRule", create=FirewallRuleCreate, patch=FirewallRulePatch, out=FirewallRuleOut),
+    schemas={"create": FirewallRuleCreate, "patch": FirewallRulePatch, "out": FirewallRuleOut},
 ))

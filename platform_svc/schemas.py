@@ -5,6 +5,8 @@ adds ``id`` (a UUIDv7), ``team_id`` (the account) and ``generation``.
 """
 from __future__ import annotations
 
+import functools
+
 from marshmallow import ValidationError, fields, validates_schema
 
 from shared.schemas import (
@@ -17,6 +19,7 @@ from shared.schemas import (
     OutputSchema,
     page_schema,
 )
+from shared.registry import Resource
 
 
 class ClusterCreate(ClusterFields):
@@ -71,10 +74,7 @@ class FirewallRuleOut(SyncedOut):
     description = fields.String()
 
 
-def resource_schemas(name: str, *, create: type, patch: type, out: type) -> dict[str, type]:
-    """Every public body of one resource's routes, by role, named after ``name`` (its CamelCase key).
-
-    ``create`` is also what is pushed down (with the fields the platform
-    owns), and ``patch`` names the mutable fields an update sends.
-    """
-    return {"create": create, "patch": patch, "out": out, "page": page_schema(out, f"{name}Page")}
+@functools.lru_cache(maxsize=None)
+def page_of(resource: Resource) -> type:
+    """A page of the resource's ``out`` schema, named after its key (``FirewallRulePage``), made once."""
+    return page_schema(resource.schemas["out"], f"{resource.camel}Page")

@@ -12,6 +12,7 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc import services
 from platform_svc.resources import RESOURCES
+from platform_svc.schemas import page_of
 from shared.api import Blueprint, created_location, no_content
 from shared.db import transaction
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
@@ -104,7 +105,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
 
     class Collection(MethodView):
         @blp.arguments(PageArgs(), location="query")
-        @blp.response(200, schemas["page"])
+        @blp.response(200, page_of(resource))
         @(blp.problem(404, no_parent) if parent else _same)
         @(blp.problem(410, f"The {parent.words} was deleted") if parent else _same)
         @documented(f"List your live {words}s, oldest first." if parent is None

@@ -76,7 +76,7 @@ class NoteOut(cluster_schemas.LifecycleOut):
     text = fields.String(allow_none=True)
 
 
-CLUSTER_SVC_RESOURCES.register(Resource("note", Note.__table__, immutable=("firewall_rule_id", "topic"), parent=CLUSTER_SVC_FIREWALL_RULE, schemas=cluster_schemas.resource_schemas("Note", create=NoteCreate, update=NoteUpdate, out=NoteOut)))  # noqa: E501
+CLUSTER_SVC_RESOURCES.register(Resource("note", Note.__table__, immutable=("firewall_rule_id", "topic"), parent=CLUSTER_SVC_FIREWALL_RULE, schemas={"create": NoteCreate, "update": NoteUpdate, "out": NoteOut}))  # noqa: E501
 
 
 # -- platform_svc ------------------------------------------------------------------
@@ -108,7 +108,7 @@ class PublicNoteOut(platform_schemas.SyncedOut):
     text = fields.String()
 
 
-PLATFORM_RESOURCES.register(Resource("note", PlatformNote.__table__, immutable=KEY_REPLAY, parent=PLATFORM_FIREWALL_RULE, schemas=platform_schemas.resource_schemas("Note", create=PublicNoteCreate, patch=PublicNotePatch, out=PublicNoteOut)))  # noqa: E501
+PLATFORM_RESOURCES.register(Resource("note", PlatformNote.__table__, immutable=KEY_REPLAY, parent=PLATFORM_FIREWALL_RULE, schemas={"create": PublicNoteCreate, "patch": PublicNotePatch, "out": PublicNoteOut}))  # noqa: E501
 
 
 def create_tables(cluster_db_url: str, platform_db_url: str) -> None:
