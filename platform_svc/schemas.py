@@ -71,11 +71,5 @@ class FirewallRuleOut(_Synced):
     description = fields.String()
 
 
-class AccountOut(OutputSchema):
-    id = fields.UUID()
-    name = fields.String()
-    created_at = fields.DateTime()
-
-
 ClusterPage = page_schema(ClusterOut, "ClusterPage")
 FirewallRulePage = page_schema(FirewallRuleOut, "FirewallRulePage")

@@ -44,10 +44,6 @@ class ProblemError(Exception):
         return problem_body(self.status, self.code, self.detail, **self.extensions)
 
 
-class BadRequest(ProblemError):
-    status, code = 400, "bad_request"
-
-
 class Unauthorized(ProblemError):
     status, code = 401, "unauthorized"
 
