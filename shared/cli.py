@@ -17,11 +17,8 @@ from alembic import command
 from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
-from shared.config import ConfigError, database_url
+from shared.config import MULTIPROC_DIR, ConfigError, database_url
 from shared.logs import log_format, logging_config
-
-# prometheus-client's setting: where gunicorn workers keep their counts (see shared.metrics).
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # serve's defaults. A worker serves CONNECTIONS connections at once; those
 # waiting on the database queue for one of its POOL_SIZE (+ overflow) pooled
