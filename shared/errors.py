@@ -88,8 +88,10 @@ class ValidationFailed(ProblemError):
         super().__init__(detail, errors=errors)
 
 
-# Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us.
-_HTTP_CODES = {
+# Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us,
+# and for those gunicorn answers itself before a request reaches Flask
+# (shared.gunicorn_worker): one table, so a status has one code whoever answers.
+HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
@@ -102,8 +104,11 @@ _HTTP_CODES = {
     413: "payload_too_large",
     414: "uri_too_long",
     415: "unsupported_media_type",
+    417: "expectation_failed",
     422: "validation_error",
     429: "too_many_requests",
+    431: "request_header_fields_too_large",
+    500: "internal_error",
 }
 
 
@@ -136,7 +141,7 @@ def problem_from_http(error: HTTPException) -> Response:
     status = error.code or 500
     if status >= 500:
         return _internal_error(error)
-    code = _HTTP_CODES.get(status, "http_error")
+    code = HTTP_CODES.get(status, "http_error")
     detail = error.description or HTTPStatus(status).phrase
     data = getattr(error, "data", None) or {}
     extensions: dict[str, Any] = {}
