@@ -192,6 +192,12 @@ def _database_error(error: sa_exc.SQLAlchemyError) -> Response:
     if not database_unavailable(error):
         return _internal_error(error)
     log.warning("503 %s: database unavailable (%s)", _request_line(), describe_database_error(error))
+    return database_unavailable_problem()
+
+
+def database_unavailable_problem() -> Response:
+    """The one answer to a request the database cannot serve now: 503 ``unavailable``
+    with ``Retry-After``, whether a query failed or readiness found the database away."""
     return problem(
         503,
         "unavailable",
