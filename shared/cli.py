@@ -21,8 +21,9 @@ from shared.config import MULTIPROC_DIR, ConfigError, database_url
 from shared.logs import log_format, logging_config
 
 # serve's defaults. A worker serves CONNECTIONS connections at once; those
-# waiting on the database queue for one of its POOL_SIZE (+ overflow) pooled
-# connections, so PostgreSQL sees a bounded number however many clients come.
+# waiting on the database queue for one of its exactly POOL_SIZE pooled
+# connections (no overflow, see shared.db), so PostgreSQL sees a bounded
+# number however many clients come.
 POOL_SIZE = 8
 CONNECTIONS = 1000
 READ_TIMEOUT = 10
