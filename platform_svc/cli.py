@@ -13,7 +13,7 @@ import click
 
 from platform_svc import Settings, create_app
 from shared import config
-from shared.cli import MULTIPROC_DIR, add_service_commands, fail_fast, quiet_on_closed_pipe
+from shared.cli import add_service_commands, fail_fast, quiet_on_closed_pipe
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -79,7 +79,7 @@ def reconcile(
 ) -> None:
     # One process: its metrics live in memory, never in a gunicorn metrics
     # directory that happens to be set in the environment.
-    os.environ.pop(MULTIPROC_DIR, None)
+    os.environ.pop(config.MULTIPROC_DIR, None)
     from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
     from platform_svc.sync import Pusher, RetryPolicy
     from shared.client import ClientPolicy

@@ -17,15 +17,13 @@ from alembic import command
 from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
-from shared.config import ConfigError, database_url
+from shared.config import MULTIPROC_DIR, ConfigError, database_url
 from shared.logs import log_format, logging_config
 
-# prometheus-client's setting: where gunicorn workers keep their counts (see shared.metrics).
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
-
 # serve's defaults. A worker serves CONNECTIONS connections at once; those
-# waiting on the database queue for one of its POOL_SIZE (+ overflow) pooled
-# connections, so PostgreSQL sees a bounded number however many clients come.
+# waiting on the database queue for one of its exactly POOL_SIZE pooled
+# connections (no overflow, see shared.db), so PostgreSQL sees a bounded
+# number however many clients come.
 POOL_SIZE = 8
 CONNECTIONS = 1000
 READ_TIMEOUT = 10

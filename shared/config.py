@@ -8,6 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+# prometheus-client's setting: the directory where gunicorn workers keep their
+# counts (set by ``serve``, see shared.cli and shared.metrics). Defined here,
+# where importing it loads nothing: shared.metrics imports prometheus-client,
+# which must not be loaded before the setting is made.
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
 
 class ConfigError(Exception):
     """A required setting is missing or malformed; the message is one line."""

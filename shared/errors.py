@@ -44,10 +44,6 @@ class ProblemError(Exception):
         return problem_body(self.status, self.code, self.detail, **self.extensions)
 
 
-class BadRequest(ProblemError):
-    status, code = 400, "bad_request"
-
-
 class Unauthorized(ProblemError):
     status, code = 401, "unauthorized"
 
@@ -92,8 +88,10 @@ class ValidationFailed(ProblemError):
         super().__init__(detail, errors=errors)
 
 
-# Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us.
-_HTTP_CODES = {
+# Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us,
+# and for those gunicorn answers itself before a request reaches Flask
+# (shared.gunicorn_worker): one table, so a status has one code whoever answers.
+HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
@@ -106,8 +104,11 @@ _HTTP_CODES = {
     413: "payload_too_large",
     414: "uri_too_long",
     415: "unsupported_media_type",
+    417: "expectation_failed",
     422: "validation_error",
     429: "too_many_requests",
+    431: "request_header_fields_too_large",
+    500: "internal_error",
 }
 
 
@@ -140,7 +141,7 @@ def problem_from_http(error: HTTPException) -> Response:
     status = error.code or 500
     if status >= 500:
         return _internal_error(error)
-    code = _HTTP_CODES.get(status, "http_error")
+    code = HTTP_CODES.get(status, "http_error")
     detail = error.description or HTTPStatus(status).phrase
     data = getattr(error, "data", None) or {}
     extensions: dict[str, Any] = {}
@@ -191,6 +192,12 @@ def _database_error(error: sa_exc.SQLAlchemyError) -> Response:
     if not database_unavailable(error):
         return _internal_error(error)
     log.warning("503 %s: database unavailable (%s)", _request_line(), describe_database_error(error))
+    return database_unavailable_problem()
+
+
+def database_unavailable_problem() -> Response:
+    """The one answer to a request the database cannot serve now: 503 ``unavailable``
+    with ``Retry-After``, whether a query failed or readiness found the database away."""
     return problem(
         503,
         "unavailable",

@@ -44,16 +44,7 @@ from gunicorn import glogging, util
 from gunicorn.workers.ggevent import GeventWorker
 from psycogreen.gevent import patch_psycopg
 
-from shared.errors import PROBLEM_JSON, TYPE_PREFIX
-
-_CODES = {
-    400: "bad_request",
-    403: "forbidden",
-    414: "uri_too_long",
-    417: "expectation_failed",
-    431: "request_header_fields_too_large",
-    500: "internal_error",
-}
+from shared.errors import HTTP_CODES, PROBLEM_JSON, TYPE_PREFIX
 
 
 def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
@@ -62,7 +53,7 @@ def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
         # client's request is at fault, and no client input may cause a 5xx.
         status_int = 400
     reason = HTTPStatus(status_int).phrase
-    code = _CODES.get(status_int, "bad_request")
+    code = HTTP_CODES.get(status_int, "bad_request")
     detail = mesg if status_int < 500 else "The server failed to handle this request; it has been logged."
     body = json.dumps(
         {"type": TYPE_PREFIX + code, "title": reason, "status": status_int, "detail": detail, "code": code}

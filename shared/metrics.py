@@ -26,7 +26,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+from shared.config import MULTIPROC_DIR
 
 # The `*_created` series exist only outside multiprocess mode; leaving them
 # out keeps one process's exposition shaped like the workers' one.

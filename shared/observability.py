@@ -29,7 +29,7 @@ from sqlalchemy import text
 
 from shared import request_id
 from shared.db import Database
-from shared.errors import PROBLEM_JSON, Unauthorized, problem
+from shared.errors import PROBLEM_JSON, Unauthorized, database_unavailable_problem
 from shared.schemas import ProblemSchema
 
 access_log = logging.getLogger("access")
@@ -41,7 +41,6 @@ PUBLIC_ENDPOINTS = frozenset({"operations.healthz", "operations.readyz"})
 SELF_AUTHENTICATED_ENDPOINTS = frozenset({"operations.metrics"})
 
 READY_TIMEOUT = 2.0  # seconds the database has to answer SELECT 1
-RETRY_AFTER = "5"
 UNMATCHED = "unmatched"  # the route label of a request no URL rule matched
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -156,18 +155,12 @@ def _operations_blueprint(
         schema=ProblemSchema,
         content_type=PROBLEM_JSON,
         description="The database does not answer (unavailable)",
-        headers={"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
     )
     def readyz():
         """Readiness: 200 when the database answers ``SELECT 1`` within a couple of seconds."""
         if readiness.check():
             return {"status": "ok"}
-        return problem(
-            503,
-            "unavailable",
-            "The database does not answer; try again shortly.",
-            headers={"Retry-After": RETRY_AFTER},
-        )
+        return database_unavailable_problem()
 
     @blp.route("/metrics")
     @blp.doc(

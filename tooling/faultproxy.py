@@ -396,10 +396,6 @@ class FaultProxy:
             self._holds.append(hold)
         return hold
 
-    def clear_rules(self) -> None:
-        with self._lock:
-            self._rules.clear()
-
     # -- what the test reads ------------------------------------------------
 
     @property
