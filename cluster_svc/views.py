@@ -21,12 +21,11 @@ from sqlalchemy import Connection
 
 from cluster_svc.resources import OWNER, RESOURCES
 from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
-from shared.api import Blueprint, created_location, no_content
+from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
 from shared.errors import Gone, IdConflict, PayloadTooLarge, ValidationFailed, problem
 from shared.idempotent import (
-    CreateResult,
     Deletion,
     apply_update,
     create_or_return,
@@ -128,16 +127,6 @@ def page(rows_and_next: tuple[Sequence[Any], Any]) -> dict[str, Any]:
     return {"items": items, "next_after": next_after}
 
 
-def documented(text: str) -> Callable[[Callable], Callable]:
-    """Give a view function the docstring its OpenAPI summary and description come from."""
-
-    def decorate(function: Callable) -> Callable:
-        function.__doc__ = text
-        return function
-
-    return decorate
-
-
 def blueprint(registry: Registry = RESOURCES) -> Blueprint:
     """Every route of every resource in ``registry``, on a blueprint of its own (one per app)."""
     blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
@@ -159,8 +148,8 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.arguments(schemas["list_args"](), location="query")
         @blp.response(200, schemas["page"])
         @blp.problem(401, "No valid internal token")
-        @(blp.problem(404, no_parent) if parent else _same)
-        @(blp.problem(410, f"The {parent.words} was deleted") if parent else _same)
+        @(blp.problem(404, no_parent) if parent else unchanged)
+        @(blp.problem(410, f"The {parent.words} was deleted") if parent else unchanged)
         @documented(
             f"List live {words}s in id order (keyset pagination); with include_deleted, tombstones too."
             if parent is None
@@ -186,7 +175,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
             200, schema=schemas["out"], description="Already existed (Idempotent-Replayed: true)",
             headers=REPLAYED_HEADERS,
         )
-        @(blp.problem(404, no_parent) if parent else _same)
+        @(blp.problem(404, no_parent) if parent else unchanged)
         @blp.problem(409, f"The ID exists with a different {immutable} (id_conflict)")
         @blp.problem(410, f"The {words} or its {parent.words} was deleted (gone)" if parent
                      else "The ID was deleted (gone)")
@@ -297,7 +286,3 @@ def _ids(resource: Resource, path_ids: dict[str, Any]) -> tuple[Any, dict[str, A
 
 def _ancestors_of(resource: Resource, scope: dict[str, Any]) -> dict[str, Any]:
     return {column: scope[column] for column in resource.scope_columns}
-
-
-def _same(function: Callable) -> Callable:
-    return function

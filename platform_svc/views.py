@@ -13,7 +13,7 @@ from sqlalchemy.engine import RowMapping
 from platform_svc import services
 from platform_svc.resources import RESOURCES
 from platform_svc.schemas import page_of
-from shared.api import Blueprint, created_location, no_content
+from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.db import transaction
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
@@ -106,8 +106,8 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     class Collection(MethodView):
         @blp.arguments(PageArgs(), location="query")
         @blp.response(200, page_of(resource))
-        @(blp.problem(404, no_parent) if parent else _same)
-        @(blp.problem(410, f"The {parent.words} was deleted") if parent else _same)
+        @(blp.problem(404, no_parent) if parent else unchanged)
+        @(blp.problem(410, f"The {parent.words} was deleted") if parent else unchanged)
         @documented(f"List your live {words}s, oldest first." if parent is None
                     else f"List a {parent.words}'s live {words}s.")
         def get(self, args, **path_ids):
@@ -131,7 +131,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
             headers=REPLAYED_HEADERS,
         )
         @blp.problem(400, INVALID_KEY)
-        @(blp.problem(404, no_parent) if parent else _same)
+        @(blp.problem(404, no_parent) if parent else unchanged)
         @blp.problem(
             410,
             f"The {parent.words} was deleted, or the Idempotency-Key belongs to a {words} since deleted (gone)"
@@ -215,17 +215,3 @@ def own_parent(db_session: Connection, resource: Resource, scope: dict[str, Any]
         object_id=scope[parent.id_column],
         **{column: scope[column] for column in parent.scope_columns},
     )
-
-
-def documented(text: str):
-    """Give a view function the docstring its OpenAPI summary and description come from."""
-
-    def decorate(function):
-        function.__doc__ = text
-        return function
-
-    return decorate
-
-
-def _same(function):
-    return function

@@ -113,6 +113,22 @@ class Blueprint(flask_smorest.Blueprint):
         return self.alt_response(status, schema=ProblemSchema, content_type=PROBLEM_JSON, description=description)
 
 
+def documented(text: str) -> Callable[[Callable], Callable]:
+    """Give a view function the docstring its OpenAPI summary and description come from
+    (routes built for many resources compose it from the resource's words)."""
+
+    def decorate(function: Callable) -> Callable:
+        function.__doc__ = text
+        return function
+
+    return decorate
+
+
+def unchanged(function: Callable) -> Callable:
+    """The decorator that does nothing, for ``@(decorator if condition else unchanged)``."""
+    return function
+
+
 def no_content() -> Response:
     """A 204: no body, and so no Content-Type either."""
     response = Response(status=204)
