@@ -106,8 +106,8 @@ class Horizon:
 
     def future_refusal(self) -> str:
         return (
-            f"A UUIDv7 more than {_duration(FUTURE_TOLERANCE.total_seconds())} ahead of the server's clock "
-            "cannot name an object: it would escape the ID horizon."
+            f"A UUIDv7 more than {_duration(FUTURE_TOLERANCE.total_seconds())} in the future (by the server's "
+            "clock) cannot name an object: it would escape the ID horizon."
         )
 
     def purge_cutoff(self, database_now: datetime) -> uuid.UUID:
