@@ -33,7 +33,7 @@ add_service_commands(
 @main.command(help="Remove tombstones whose ID is past the horizon (ID_HORIZON_SECONDS), in short batches.")
 @click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
 @click.option(
-    "--every", type=click.FloatRange(min=0.1), default=None,
+    "--every", type=click.FloatRange(min=0.01), default=None,
     help="Purge again every SECONDS, until stopped (SIGTERM or Ctrl-C); one summary line per pass.",
 )
 @click.option(
