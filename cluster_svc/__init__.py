@@ -10,6 +10,7 @@ from flask import Flask
 from shared import config
 from shared.api import create_service_app
 from shared.db import Database
+from shared.horizon import Horizon
 
 
 @dataclass(frozen=True)
@@ -17,19 +18,26 @@ class Settings:
     database_url: str
     internal_token: str
     pool_size: int = 5
+    id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
 
     @classmethod
     def from_env(cls) -> Settings:
-        """:raise ConfigError: a required setting is missing."""
+        """:raise ConfigError: a required setting is missing (or one is malformed)."""
         return cls(
             database_url=config.database_url("CLUSTER_DATABASE_URL"),
             internal_token=config.require("INTERNAL_TOKEN", why="the bearer token callers of cluster_svc present"),
             pool_size=config.integer("CLUSTER_DB_POOL_SIZE", 5),
+            id_horizon_seconds=config.id_horizon_seconds(),
         )
+
+    @property
+    def horizon(self) -> Horizon:
+        return Horizon(self.id_horizon_seconds)
 
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
+    from cluster_svc.tombstones import TombstonesCollector
     from cluster_svc.views import blueprint
 
     settings = settings or Settings.from_env()
@@ -45,7 +53,9 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         database=database,
         authenticate=authenticate,
         internal_token=settings.internal_token,
+        metrics_collectors=[TombstonesCollector(database)],
         testing=testing,
     )
+    app.extensions["horizon"] = settings.horizon
     api.register_blueprint(blueprint())
     return app

@@ -1,8 +1,9 @@
 """cluster_svc's tables.
 
-A row whose ``deleted_at`` is set is a tombstone and stays forever: it is what
-makes a repeated delete answer 410 and a late create fail instead of
-resurrecting the object. A DELETE of an ID never seen stores a bare tombstone
+A row whose ``deleted_at`` is set is a tombstone: it is what makes a repeated
+delete answer 410 and a late create fail instead of resurrecting the object.
+It stays until its ID is past the UUIDv7 horizon, when no create of that ID
+is accepted any more and ``cluster-svc purge`` removes it (shared.horizon). A DELETE of an ID never seen stores a bare tombstone
 (ID and ``deleted_at`` only), so the descriptive columns are nullable and a
 CHECK keeps them required on every live row.
 """
@@ -20,6 +21,12 @@ from shared.types import IPNetworkType
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def tombstones_index(table: str) -> Index:
+    """Every table's tombstones in ``(deleted_at, id)`` order: the tombstone gauges
+    and purge read them here, never the table."""
+    return Index(f"ix_{table}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL"))
 
 
 class Lifecycle:
@@ -51,6 +58,7 @@ class Cluster(Lifecycle, Base):
         CheckConstraint("generation >= 1", name="generation_positive"),
         # Listing a team's live clusters in id order (keyset pagination).
         Index("ix_clusters_team_id_live", "team_id", "id", postgresql_where=text("deleted_at IS NULL")),
+        tombstones_index("clusters"),
     )
 
 
@@ -66,4 +74,5 @@ class FirewallRule(Lifecycle, Base):
         CheckConstraint("deleted_at IS NOT NULL OR cidr IS NOT NULL", name="live_rows_complete"),
         CheckConstraint("generation >= 1", name="generation_positive"),
         Index("ix_firewall_rules_cluster_id", "cluster_id", "id"),
+        tombstones_index("firewall_rules"),
     )

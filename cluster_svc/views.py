@@ -8,13 +8,18 @@ request's transaction is opened and closed here.
 
 The helpers that turn a result into an answer are also where the
 idempotency outcomes are counted (``idempotent_*_total``), once each.
+
+The UUIDv7 horizon applies to every route alike: an ID from more than five
+minutes in the future is refused here (422, before anything is read or
+stored), and one older than the horizon is decided by the mechanism (410
+``id_expired`` where it has no row), with the app's :class:`~shared.horizon.Horizon`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flask import Response
+from flask import Response, current_app
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError
 from sqlalchemy import Connection
@@ -24,7 +29,8 @@ from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, IdConflict, PayloadTooLarge, ValidationFailed, problem
+from shared.errors import Gone, IdConflict, IdExpired, PayloadTooLarge, ValidationFailed, problem
+from shared.horizon import Horizon
 from shared.idempotent import (
     Deletion,
     apply_update,
@@ -55,6 +61,9 @@ def create_answer(
     except IdConflict:
         count_create(resource.label, "conflict")
         raise
+    except IdExpired:
+        count_create(resource.label, "expired")
+        raise
     except Gone:
         count_create(resource.label, "gone")
         raise
@@ -66,6 +75,25 @@ def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, st
     """201 with Location for a new object; 200 and Idempotent-Replayed for a replay."""
     headers = {"Location": created_location(row["id"])}
     return (row, 201, headers) if created else (row, 200, {**headers, **REPLAYED})
+
+
+def horizon() -> Horizon:
+    """The app's UUIDv7 horizon (``ID_HORIZON_SECONDS``)."""
+    return current_app.extensions["horizon"]
+
+
+def refuse_future_ids(ids: Sequence[Any], location: str, field: str | None = None) -> None:
+    """A UUIDv7 from more than five minutes ahead would escape the horizon: 422, naming it.
+
+    ``location`` is where the ID came from (``path`` or ``json``); ``field``
+    its name there (the ``id`` of a body), else the path says which.
+
+    :raise ValidationFailed:
+    """
+    for object_id in ids:
+        if horizon().from_the_future(object_id):
+            message = horizon().future_refusal()
+            raise ValidationFailed({location: {field: [message]} if field else [message]})
 
 
 def updated(resource: Resource, row: Any, applied: bool) -> Any:
@@ -103,13 +131,17 @@ def batch_created_or_returned(
     valid: list[tuple[int, dict[str, Any]]] = []
     for index, item in enumerate(items):
         try:
-            valid.append((index, {**schema.load(item), **scope}))
+            values = {**schema.load(item), **scope}
+            refuse_future_ids([values["id"]], "json", "id")
+            valid.append((index, values))
         except ValidationError as error:
             results[index] = {"status": 422, "problem": ValidationFailed({"json": error.messages}).body()}
+        except ValidationFailed as error:
+            results[index] = {"status": 422, "problem": error.body()}
     if valid:
         with transaction() as db_session:
             created = create_or_return_many(
-                db_session=db_session, resource=resource, items=[values for _, values in valid]
+                db_session=db_session, resource=resource, items=[values for _, values in valid], horizon=horizon()
             )
         for (index, _), result in zip(valid, created):
             # A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
@@ -149,19 +181,21 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.response(200, schemas["page"])
         @blp.problem(401, "No valid internal token")
         @(blp.problem(404, no_parent) if parent else unchanged)
-        @(blp.problem(410, f"The {parent.words} was deleted") if parent else unchanged)
+        @(blp.problem(410, f"The {parent.words} was deleted (gone), or has no row and an ID older than the "
+                      "horizon (id_expired)") if parent else unchanged)
         @documented(
             f"List live {words}s in id order (keyset pagination); with include_deleted, tombstones too."
             if parent is None
             else f"List a {parent.words}'s live {words}s in id order."
         )
         def get(self, args, **path_ids):
+            refuse_future_ids(path_ids.values(), "path")
             scope = resource.scope_from_path(path_ids)
             filters = {**scope, **{name: args.pop(name) for name in resource.options.get("filters", ())}}
             with transaction() as db_session:
                 if parent is not None:
                     get_live(db_session=db_session, resource=parent, object_id=scope[parent.id_column],
-                             scope=_ancestors_of(parent, scope))
+                             horizon=horizon(), scope=_ancestors_of(parent, scope))
                 return page(list_live(
                     db_session=db_session,
                     resource=resource,
@@ -177,13 +211,19 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         )
         @(blp.problem(404, no_parent) if parent else unchanged)
         @blp.problem(409, f"The ID exists with a different {immutable} (id_conflict)")
-        @blp.problem(410, f"The {words} or its {parent.words} was deleted (gone)" if parent
-                     else "The ID was deleted (gone)")
+        @blp.problem(410, (f"The {words} or its {parent.words} was deleted (gone), or the ID (or the "
+                            f"{parent.words}'s) has no row and is older than the horizon (id_expired)") if parent
+                     else "The ID was deleted (gone), or has no row and is older than the horizon (id_expired)")
         @documented(f"Create a {words} with the caller's ID, or return the one that has it.")
         def post(self, body, **path_ids):
+            refuse_future_ids(path_ids.values(), "path")
+            refuse_future_ids([body["id"]], "json", "id")
             values = {**body, **resource.scope_from_path(path_ids)}
             return create_answer(
-                resource, lambda db_session: create_or_return(db_session=db_session, resource=resource, values=values)
+                resource,
+                lambda db_session: create_or_return(
+                    db_session=db_session, resource=resource, values=values, horizon=horizon()
+                ),
             )
 
     class Batch(MethodView):
@@ -201,6 +241,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
                f"{words}), as each single create would answer it." if parent else "")
         )
         def post(self, batch, **path_ids):
+            refuse_future_ids(path_ids.values(), "path")
             return batch_created_or_returned(
                 resource, batch["items"], create_schema, resource.scope_from_path(path_ids)
             )
@@ -217,17 +258,21 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
     class Item(MethodView):
         @blp.response(200, schemas["out"])
         @blp.problem(404, "Never existed")
-        @blp.problem(410, f"Deleted, or its {resource.parent.words} was" if resource.parent else "Deleted")
+        @blp.problem(410, (f"Deleted, or its {resource.parent.words} was (gone); or no row and an ID older "
+                            "than the horizon (id_expired)") if resource.parent
+                     else "Deleted (gone), or no row and an ID older than the horizon (id_expired)")
         @documented(f"Get a {words}.")
         def get(self, **path_ids):
             object_id, scope = _ids(resource, path_ids)
             with transaction() as db_session:
-                return get_live(db_session=db_session, resource=resource, object_id=object_id, scope=scope)
+                return get_live(
+                    db_session=db_session, resource=resource, object_id=object_id, horizon=horizon(), scope=scope
+                )
 
         @blp.arguments(schemas["update"]())
         @blp.response(200, schemas["out"], description="The current state, whether applied or stale")
         @blp.problem(404, "Never existed")
-        @blp.problem(410, "Deleted")
+        @blp.problem(410, "Deleted (gone), or no row and an ID older than the horizon (id_expired)")
         @documented(f"Update a {words}'s mutable fields if the generation is newer than the stored one.")
         def put(self, body, **path_ids):
             object_id, scope = _ids(resource, path_ids)
@@ -236,14 +281,15 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
             with transaction() as db_session:
                 row, applied = apply_update(
                     db_session=db_session, resource=resource, object_id=object_id, generation=generation,
-                    values=values, scope=scope,
+                    values=values, horizon=horizon(), scope=scope,
                 )
             return updated(resource, row, applied)
 
         @blp.response(204, description="Deleted")
         @blp.problem(404, "Never existed; a tombstone is recorded" if resource.parent is None
                      else f"Never existed (a tombstone is recorded), or no such {resource.parent.words}")
-        @blp.problem(410, "Already deleted")
+        @blp.problem(410, "Already deleted (gone), or no row and an ID older than the horizon: nothing is "
+                          "recorded (id_expired)")
         @documented(
             f"Delete a {words}" + (f" and its {' and '.join(under)}" if under else "")
             + " (soft delete; the ID stays taken)."
@@ -251,7 +297,9 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
         def delete(self, **path_ids):
             object_id, scope = _ids(resource, path_ids)
             with transaction() as db_session:
-                outcome = mark_deleted(db_session=db_session, resource=resource, object_id=object_id, scope=scope)
+                outcome = mark_deleted(
+                    db_session=db_session, resource=resource, object_id=object_id, horizon=horizon(), scope=scope
+                )
             return deleted(resource, outcome, object_id)
 
     blp.route(resource.item_path(), endpoint=resource.key)(Item)
@@ -280,7 +328,11 @@ def _bulk_listing(blp: Blueprint, resource: Resource) -> None:
 
 
 def _ids(resource: Resource, path_ids: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The object's ID and the scope (its ancestors' IDs by column) a route's URL variables give."""
+    """The object's ID and the scope (its ancestors' IDs by column) a route's URL variables give.
+
+    :raise ValidationFailed: one of them is a UUIDv7 from the future.
+    """
+    refuse_future_ids(path_ids.values(), "path")
     return path_ids[resource.path_variable], resource.scope_from_path(path_ids)
 
 

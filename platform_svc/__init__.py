@@ -9,6 +9,7 @@ from shared import config
 from shared.api import create_service_app
 from shared.client import ClientPolicy, InternalClient
 from shared.db import Database
+from shared.horizon import Horizon
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not (a long Retry-After is the reconciler's to wait).
@@ -34,17 +35,23 @@ class Settings:
     internal_token: str
     pool_size: int = 5
     breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
+    id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
 
     @classmethod
     def from_env(cls) -> Settings:
-        """:raise ConfigError: a required setting is missing."""
+        """:raise ConfigError: a required setting is missing (or one is malformed)."""
         return cls(
             database_url=config.database_url("PLATFORM_DATABASE_URL"),
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
             internal_token=config.require("INTERNAL_TOKEN", why="the bearer token cluster_svc accepts"),
             pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
             breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
+            id_horizon_seconds=config.id_horizon_seconds(),
         )
+
+    @property
+    def horizon(self) -> Horizon:
+        return Horizon(self.id_horizon_seconds)
 
     def database(self) -> Database:
         return Database(self.database_url, pool_size=self.pool_size)
@@ -76,6 +83,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # One breaker per process: after a few inline pushes cluster_svc could not
     # serve, public writes stop waiting on it (answered pending) until a probe passes.
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
+    app.extensions["horizon"] = settings.horizon
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
     api.register_blueprint(blueprint())
     return app

@@ -1,4 +1,4 @@
-"""``platform-svc``: serve, migrate, reconcile, repair, create-account, sync-status."""
+"""``platform-svc``: serve, migrate, reconcile, repair, purge, create-account, sync-status."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,6 +14,7 @@ import click
 from platform_svc import Settings, create_app
 from shared import config
 from shared.cli import add_service_commands, fail_fast, quiet_on_closed_pipe
+from shared.horizon import Horizon
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -62,6 +63,13 @@ add_service_commands(
     help="Seconds between drift repair passes (as `platform-svc repair`); 0 turns them off.",
 )
 @click.option(
+    "--purge-interval",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between purge passes (as `platform-svc purge`) by the reconciler that leads; 0 turns them off.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
@@ -75,6 +83,7 @@ def reconcile(
     max_backoff: float,
     push_timeout: float,
     repair_interval: float,
+    purge_interval: float,
     metrics_port: int | None,
 ) -> None:
     # One process: its metrics live in memory, never in a gunicorn metrics
@@ -118,12 +127,19 @@ def reconcile(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     click.echo("reconciler running; Ctrl-C stops it.")
-    if repair_interval > 0:
-        from platform_svc.repair import Repairer, run_periodically
+    from platform_svc.purge import purger
+    from platform_svc.repair import Periodic, Repairer, run_periodically
 
-        repairer = Repairer(pusher.database, settings.client(ClientPolicy(pool_size=1)))
+    duties = []
+    if repair_interval > 0:
+        repairer = Repairer(pusher.database, settings.client(ClientPolicy(pool_size=1)), horizon=settings.horizon)
+        duties.append(Periodic("repair", repair_interval, lambda stop: repairer.run(stop=stop).summary()))
+    if purge_interval > 0:
+        purging = purger(pusher.database, settings.horizon)
+        duties.append(Periodic("purge", purge_interval, lambda stop: purging.run(stop=stop).summary()))
+    if duties:
         threading.Thread(
-            target=run_periodically, args=(repairer, repair_interval, stop), name="repair", daemon=True
+            target=run_periodically, args=(pusher.database, duties, stop), name="periodic", daemon=True
         ).start()
     run(pusher, options, stop)
 
@@ -141,7 +157,9 @@ def repair(dry_run: bool, page_size: int) -> None:
     from shared.client import ClientPolicy
 
     settings = Settings.from_env()
-    repairer = Repairer(settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size)
+    repairer = Repairer(
+        settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size, horizon=settings.horizon
+    )
     try:
         report = repairer.run(dry_run=dry_run, on_finding=_echo_while_read)
     except (RepairError, OperationalError) as exc:
@@ -161,6 +179,21 @@ def _echo_while_read(line: object) -> None:
     except BrokenPipeError:
         # Later writes, and the flush at exit, go nowhere instead of failing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@main.command(help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.")
+@click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+@click.option(
+    "--batch", default=1000, show_default=True, type=click.IntRange(1, 100_000),
+    help="Deleted rows read, and at most removed, per short transaction.",
+)
+@fail_fast
+def purge(dry_run: bool, batch: int) -> None:
+    from platform_svc.purge import purger
+    from shared.db import Database
+
+    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+    click.echo(purger(database, Horizon.from_env(), batch=batch).run(dry_run=dry_run).summary())
 
 
 @main.command("create-account", help="Create an account and print its id and API key (shown only once).")

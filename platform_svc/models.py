@@ -86,6 +86,8 @@ class Synced:
             Index(f"ix_{cls.__tablename__}_due", "next_attempt_at", postgresql_where=text("sync_state = 'pending'")),
             # Failed rows, oldest failure first (sync-status, the sync_rows gauge): few, never a table scan.
             Index(f"ix_{cls.__tablename__}_failed", "sync_failed_at", postgresql_where=text("sync_state = 'failed'")),
+            # Deleted rows in (deleted_at, id) order: what purge walks, never the table.
+            Index(f"ix_{cls.__tablename__}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL")),
         )
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
 from shared.counters import count_repair
 from shared.db import Database
+from shared.horizon import Horizon
 from shared.registry import Resource
 
 log = logging.getLogger(__name__)
@@ -187,8 +189,12 @@ def read_page(
     return db_session.execute(stmt.order_by(table.c.id).limit(limit)).mappings().all()
 
 
-def judge(row: RowMapping, theirs: dict[str, Any] | None) -> str | None:
-    """The finding for one platform row and cluster_svc's copy of it, if any."""
+def judge(row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon = Horizon()) -> str | None:
+    """The finding for one platform row and cluster_svc's copy of it, if any.
+
+    A deleted object whose ID is past the horizon may have been purged by
+    cluster_svc: its tombstone missing there is the bound holding, not drift.
+    """
     if row["sync_state"] != "synced":
         return None
     if row["deleted_at"] is None:
@@ -201,6 +207,8 @@ def judge(row: RowMapping, theirs: dict[str, Any] | None) -> str | None:
         # A child of a deleted parent needs no row of its own: the parent's
         # tombstone answers for it. Under a parent not settled yet (one this
         # pass just put back in line, say), it is judged on a later pass.
+        if horizon.expired(row["id"]):
+            return None  # purged there (or purgeable): no create of it can come any more
         return "missing" if row.get("parent_settled", True) else None
     return "undeleted" if theirs["alive"] else None
 
@@ -271,10 +279,13 @@ def orphans(
 class Repairer:
     """Runs repair passes with one database and one client; owns each page's transactions."""
 
-    def __init__(self, database: Database, client: InternalClient, *, page_size: int = PAGE_SIZE) -> None:
+    def __init__(
+        self, database: Database, client: InternalClient, *, page_size: int = PAGE_SIZE, horizon: Horizon = Horizon()
+    ) -> None:
         self.database = database
         self.client = client
         self.page_size = page_size
+        self.horizon = horizon
 
     def run(
         self,
@@ -316,7 +327,7 @@ class Repairer:
             judged = []
             for row in rows:
                 other = theirs.pop(row["id"], None)  # what is left over is unknown to this page
-                judged.append((row, other, judge(row, other)))
+                judged.append((row, other, judge(row, other, self.horizon)))
             report.compared[resource.label] += sum(row["sync_state"] == "synced" for row in rows)
             with self.database.begin() as db_session:
                 found = [
@@ -352,7 +363,7 @@ REPAIR_LEADER_LOCK = 0x7265_7061_6972  # "repair"
 
 
 class Leadership:
-    """Which of several reconcilers runs the periodic repair passes: the one whose
+    """Which of several reconcilers runs the periodic passes (drift repair, purge): the one whose
     session holds :data:`REPAIR_LEADER_LOCK` on the platform's database.
 
     The lock is a session advisory lock on a connection kept for it (idle, no
@@ -381,7 +392,7 @@ class Leadership:
             self.release()  # the session is gone, and the lock with it
         leading = self._session is not None
         if leading != self._told:
-            log.info("periodic repair: %s", "this reconciler runs the passes" if leading
+            log.info("periodic passes: %s", "this reconciler runs the passes" if leading
                      else "another reconciler runs the passes; this one takes over when it stops")
             self._told = leading
         return leading
@@ -392,26 +403,43 @@ class Leadership:
             session.invalidate()  # ends the session, and its lock, even when the connection is already broken
 
 
-def run_periodically(repairer: Repairer, interval: float, stop: threading.Event) -> None:
-    """A repair pass every ``interval`` seconds until ``stop`` is set (the reconciler's thread),
-    while this reconciler leads (:class:`Leadership`).
+@dataclass(frozen=True)
+class Periodic:
+    """One of the leader's periodic passes: a name, its interval, and the pass
+    (given the stop event; returns its summary line)."""
 
-    The first pass comes one interval after start-up, so reconcilers restarted
-    together do not all walk both databases at once.
+    name: str
+    interval: float
+    run: Callable[[threading.Event], str]
+
+
+def run_periodically(database: Database, duties: Sequence[Periodic], stop: threading.Event) -> None:
+    """Each duty every ``interval`` seconds until ``stop`` is set (the reconciler's thread),
+    while this reconciler leads (:class:`Leadership`): drift repair, and purge.
+
+    The first pass of each comes one interval after start-up, so reconcilers
+    restarted together do not all walk both databases at once. A pass that
+    fails (cluster_svc or the database away) is one line, and is tried again
+    at its next interval.
     """
-    leadership = Leadership(repairer.database)
+    leadership = Leadership(database)
+    due = {duty.name: time.monotonic() + duty.interval for duty in duties}
     try:
-        while not stop.wait(interval):
-            if not leadership.leads():
-                continue
-            try:
-                report = repairer.run(stop=stop)
-            except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: one line, try later
-                log.warning("repair pass stopped: %s", str(exc).splitlines()[0])
-                continue
-            except Exception:
-                log.exception("repair pass failed")
-                continue
-            log.info("%s", report.summary())
+        while not stop.wait(max(0.0, min(due.values()) - time.monotonic())):
+            for duty in duties:
+                if due[duty.name] > time.monotonic():
+                    continue
+                due[duty.name] = time.monotonic() + duty.interval
+                if not leadership.leads():
+                    continue
+                try:
+                    summary = duty.run(stop)
+                except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: try later
+                    log.warning("%s pass stopped: %s", duty.name, str(exc).splitlines()[0])
+                    continue
+                except Exception:
+                    log.exception("%s pass failed", duty.name)
+                    continue
+                log.info("%s", summary)
     finally:
         leadership.release()

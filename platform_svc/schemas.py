@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from marshmallow import ValidationError, fields, validates_schema
+from marshmallow import ValidationError, fields, validate, validates_schema
 
 from shared.schemas import (
     ClusterFields,
@@ -17,9 +17,29 @@ from shared.schemas import (
     InputSchema,
     IPNetwork,
     OutputSchema,
+    PageArgs,
     page_schema,
 )
+from shared.openapi import FullMatch
 from shared.registry import Resource
+
+# 1-255 printable ASCII characters, none at either end (where HTTP trims whitespace).
+IDEMPOTENCY_KEY_PATTERN = "^[!-~]([ -~]{0,253}[!-~])?$"
+
+
+class ListArgs(PageArgs):
+    """A listing's page, or the recovery route for a lost answer: the object an Idempotency-Key created."""
+
+    idempotency_key = fields.String(
+        load_default=None,
+        validate=[validate.Length(max=255), FullMatch(IDEMPOTENCY_KEY_PATTERN,
+                                                     error="Must be 1 to 255 printable ASCII characters.")],
+        metadata={
+            "description": "List only the object a create with this Idempotency-Key made, if it is alive "
+            "(one or none): how a caller that lost the answer to a keyed create finds what it produced, "
+            "without sending the body again."
+        },
+    )
 
 
 class ClusterCreate(ClusterFields):

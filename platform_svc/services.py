@@ -24,6 +24,7 @@ from sqlalchemy.engine import RowMapping
 from platform_svc.models import Account
 from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
+from shared.horizon import Horizon
 from shared.idempotent import create_or_return, get_live, list_live, soft_delete
 from shared.registry import Resource
 
@@ -129,6 +130,7 @@ def create_object(
     values: Mapping[str, Any],
     idempotency_key: str | None,
     lease: timedelta,
+    horizon: Horizon = Horizon(),
 ) -> tuple[RowMapping, bool]:
     """Record a new object (a fresh UUIDv7) with a lease for the inline push (none when ``lease`` is 0).
 
@@ -136,7 +138,10 @@ def create_object(
     row: the same key and body return the first object as it is now (also
     while the first request is still pushing it: the draft's optional 409 for
     a request in flight is not needed, since the row is committed before the
-    push); another body is a 422; the key of a deleted object a 410.
+    push); another body is a 422; the key of a deleted object a 410. The key
+    lives as long as its row: once ``platform-svc purge`` removed the deleted
+    object, the key is free again. (The ID is new, so the horizon never
+    refuses it; any ``horizon`` will do.)
 
     :raise IdempotencyKeyReused: the key was used with another body.
     :raise Gone: the key's object was deleted.
@@ -151,7 +156,9 @@ def create_object(
     }
     conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
     try:
-        return create_or_return(db_session=db_session, resource=resource, values=row_values, conflict_on=conflict_on)
+        return create_or_return(
+            db_session=db_session, resource=resource, values=row_values, horizon=horizon, conflict_on=conflict_on
+        )
     except IdConflict:
         raise IdempotencyKeyReused(
             f"Idempotency-Key {idempotency_key!r} was already used with a different request body; "
@@ -170,16 +177,30 @@ def _fingerprint(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def get_object(*, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any) -> RowMapping:
-    """:raise NotFound: not this account's (or no such object). :raise Gone: deleted."""
+def get_object(
+    *, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, horizon: Horizon, **scope: Any
+) -> RowMapping:
+    """:raise NotFound: not this account's (or no such object). :raise Gone: deleted.
+    :raise IdExpired: none in this account, and the ID is older than the horizon (its row may be purged)."""
     return get_live(
-        db_session=db_session, resource=resource, object_id=object_id, scope={"account_id": account_id, **scope}
+        db_session=db_session, resource=resource, object_id=object_id, horizon=horizon,
+        scope={"account_id": account_id, **scope},
     )
 
 
 def list_objects(
-    *, db_session: Connection, resource: Resource, filters: Mapping[str, Any], limit: int, after: Any
+    *,
+    db_session: Connection,
+    resource: Resource,
+    filters: Mapping[str, Any],
+    limit: int,
+    after: Any,
+    idempotency_key: str | None = None,
 ) -> tuple[Sequence[RowMapping], Any]:
+    """A page of live objects; with ``idempotency_key`` (and the account among ``filters``), the one
+    object that key created, if it is alive: one lookup in the (account, key) unique index."""
+    if idempotency_key is not None:
+        filters = {**filters, "idempotency_key": idempotency_key}
     return list_live(db_session=db_session, resource=resource, filters=filters, limit=limit, after=after)
 
 
@@ -190,14 +211,17 @@ def update_object(
     account_id: uuid.UUID,
     object_id: Any,
     changes: Mapping[str, Any],
+    horizon: Horizon,
     **scope: Any,
 ) -> RowMapping:
     """Apply ``changes`` and bump the generation, so the change is pushed down.
 
-    :raise NotFound, Gone:
+    :raise NotFound, Gone, IdExpired:
     """
     table = resource.table
-    get_object(db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, **scope)
+    get_object(
+        db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, horizon=horizon, **scope
+    )
     stmt = (
         update(table)
         .where(table.c.id == object_id, table.c.deleted_at.is_(None))
@@ -211,13 +235,16 @@ def update_object(
 
 
 def delete_object(
-    *, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, **scope: Any
+    *, db_session: Connection, resource: Resource, account_id: uuid.UUID, object_id: Any, horizon: Horizon, **scope: Any
 ) -> RowMapping:
     """Record the delete (children too); it is pushed down afterwards.
 
     :raise NotFound: not this account's. :raise Gone: already deleted.
+    :raise IdExpired: none in this account, and the ID is older than the horizon.
     """
-    get_object(db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, **scope)
+    get_object(
+        db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, horizon=horizon, **scope
+    )
     if not soft_delete(db_session, resource, [resource.table.c.id == object_id]):
         raise Gone(f"{resource.describe(object_id)} was already deleted.")
     return _read(db_session, resource, object_id)

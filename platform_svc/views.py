@@ -12,12 +12,12 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc import services
 from platform_svc.resources import RESOURCES
-from platform_svc.schemas import page_of
+from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, page_of
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.db import transaction
+from shared.horizon import Horizon
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
-from shared.schemas import PageArgs
 
 # Long enough for the inline push with its quick retries; if this process dies
 # first, the lease runs out and the reconciler takes over.
@@ -28,16 +28,22 @@ IDEMPOTENCY_KEY = {
     "in": "header",
     "required": False,
     # 1-255 printable ASCII characters; none at either end, where HTTP trims whitespace.
-    "schema": {"type": "string", "pattern": "^[!-~]([ -~]{0,253}[!-~])?$", "maxLength": 255},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "maxLength": 255},
     "description": (
         "Makes the create safe to retry (IETF draft 'The Idempotency-Key HTTP Header Field'): "
         "the same key and body again answer 200 with the object as it is now (Idempotent-Replayed: true), "
         "also while the first request is still in flight; the same key with another body: 422 "
-        "idempotency_key_reused; the key of an object since deleted: 410. Keys are scoped to your account."
+        "idempotency_key_reused; the key of an object since deleted: 410. Keys are scoped to your account. "
+        "Expiry policy: a key lives exactly as long as the object it created, since it is stored on that "
+        "object's row. Once the object is deleted, and its ID is older than the ID horizon "
+        "(ID_HORIZON_SECONDS, 30 days by default), the deleted object is purged and the key is free again. "
+        "A caller that lost the answer finds what its key created with GET on the collection and "
+        "?idempotency_key=<key>."
     ),
 }
 INVALID_KEY = "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters (invalid_idempotency_key)"
 KEY_REUSED = "Invalid body (validation_error), or the Idempotency-Key was used with another body (idempotency_key_reused)"
+EXPIRED_OR_GONE = "Deleted (gone), or no such object and an ID older than the horizon: purged, or never made (id_expired)"
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
@@ -49,6 +55,11 @@ def idempotency_key() -> str | None:
 
 def pusher():
     return current_app.extensions["pusher"]
+
+
+def horizon() -> Horizon:
+    """The app's UUIDv7 horizon (``ID_HORIZON_SECONDS``)."""
+    return current_app.extensions["horizon"]
 
 
 def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
@@ -66,6 +77,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
             values=values,
             idempotency_key=key,
             lease=INLINE_LEASE if pushing else NO_LEASE,
+            horizon=horizon(),
         )
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
@@ -104,19 +116,24 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     no_parent = f"No such {parent.words} in your account" if parent else None
 
     class Collection(MethodView):
-        @blp.arguments(PageArgs(), location="query")
+        @blp.arguments(ListArgs(), location="query")
         @blp.response(200, page_of(resource))
         @(blp.problem(404, no_parent) if parent else unchanged)
-        @(blp.problem(410, f"The {parent.words} was deleted") if parent else unchanged)
-        @documented(f"List your live {words}s, oldest first." if parent is None
-                    else f"List a {parent.words}'s live {words}s.")
+        @(blp.problem(410, f"The {parent.words} was deleted (gone), or has no row and an ID older than the "
+                      "horizon (id_expired)") if parent else unchanged)
+        @documented(
+            (f"List your live {words}s, oldest first." if parent is None
+             else f"List a {parent.words}'s live {words}s.")
+            + "\n\nWith idempotency_key, only the one a create with that Idempotency-Key made (or none): "
+            "the recovery route for a lost answer."
+        )
         def get(self, args, **path_ids):
             scope = resource.scope_from_path(path_ids)
             with transaction() as db_session:
                 if parent is not None:
                     own_parent(db_session, resource, scope)
                 items, next_after = services.list_objects(
-                    db_session=db_session, resource=resource, filters=scope or {"account_id": g.principal}, **args
+                    db_session=db_session, resource=resource, filters={**scope, "account_id": g.principal}, **args
                 )
             return {"items": items, "next_after": next_after}
 
@@ -134,7 +151,8 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         @(blp.problem(404, no_parent) if parent else unchanged)
         @blp.problem(
             410,
-            f"The {parent.words} was deleted, or the Idempotency-Key belongs to a {words} since deleted (gone)"
+            f"The {parent.words} was deleted, or the Idempotency-Key belongs to a {words} since deleted (gone); "
+            f"or the {parent.words} has no row and an ID older than the horizon (id_expired)"
             if parent else f"The Idempotency-Key belongs to a {words} since deleted (gone)",
         )
         @blp.problem(422, KEY_REUSED)
@@ -161,26 +179,27 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
     class Item(MethodView):
         @blp.response(200, schemas["out"])
         @blp.problem(404, f"No such {words} in your account")
-        @blp.problem(410, "Deleted")
+        @blp.problem(410, EXPIRED_OR_GONE)
         @documented(f"Get a {words} with its sync state.")
         def get(self, **path_ids):
             object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
             with transaction() as db_session:
                 return services.get_object(
-                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id, **scope
+                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
+                    horizon=horizon(), **scope
                 )
 
         @blp.arguments(schemas["patch"](partial=True))
         @blp.response(200, schemas["out"])
         @blp.problem(404, f"No such {words} in your account")
-        @blp.problem(410, "Deleted")
+        @blp.problem(410, EXPIRED_OR_GONE)
         @documented(f"Change a {words}'s {mutable}; bumps the generation and pushes it down.")
         def patch(self, changes, **path_ids):
             object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
             with transaction() as db_session:
                 row = services.update_object(
                     db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
-                    changes=changes, **scope,
+                    changes=changes, horizon=horizon(), **scope,
                 )
                 claimed = claim_for_push(resource, row, db_session)
             return push_if_claimed(resource, row, claimed)
@@ -188,13 +207,14 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.response(204, description="Deleted, and cluster_svc confirmed it")
         @blp.alt_response(202, schema=schemas["out"], description="Deleted; still being pushed down")
         @blp.problem(404, f"No such {words} in your account")
-        @blp.problem(410, "Already deleted")
+        @blp.problem(410, "Already deleted (gone), or no such object and an ID older than the horizon (id_expired)")
         @documented(f"Delete a {words}" + (f" and its {' and '.join(under)}." if under else "."))
         def delete(self, **path_ids):
             object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
             with transaction() as db_session:
                 row = services.delete_object(
-                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id, **scope
+                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
+                    horizon=horizon(), **scope
                 )
                 claimed = claim_for_push(resource, row, db_session)
             return deleted_answer(push_if_claimed(resource, row, claimed), out)
@@ -213,5 +233,6 @@ def own_parent(db_session: Connection, resource: Resource, scope: dict[str, Any]
         resource=parent,
         account_id=g.principal,
         object_id=scope[parent.id_column],
+        horizon=horizon(),
         **{column: scope[column] for column in parent.scope_columns},
     )

@@ -14,6 +14,10 @@ from collections.abc import Mapping
 # which must not be loaded before the setting is made.
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
+# The UUIDv7 horizon (see shared.horizon): both services read it, and must agree.
+ID_HORIZON_SECONDS = "ID_HORIZON_SECONDS"
+DEFAULT_ID_HORIZON_SECONDS = 30 * 24 * 3600
+
 
 class ConfigError(Exception):
     """A required setting is missing or malformed; the message is one line."""
@@ -60,3 +64,15 @@ def integer(name: str, default: int, environ: Mapping[str, str] | None = None) -
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def id_horizon_seconds(environ: Mapping[str, str] | None = None) -> int:
+    """``ID_HORIZON_SECONDS``: how old (by the time a UUIDv7 carries) an ID may be and still
+    be created; :data:`DEFAULT_ID_HORIZON_SECONDS` (30 days) when unset.
+
+    :raise ConfigError: it is set but not a positive integer.
+    """
+    seconds = integer(ID_HORIZON_SECONDS, DEFAULT_ID_HORIZON_SECONDS, environ)
+    if seconds < 1:
+        raise ConfigError(f"{ID_HORIZON_SECONDS} must be a positive number of seconds, got {seconds}")
+    return seconds

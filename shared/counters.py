@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-CREATE_OUTCOMES = ("created", "replayed", "conflict", "gone")
+CREATE_OUTCOMES = ("created", "replayed", "conflict", "gone", "expired")
 UPDATE_OUTCOMES = ("applied", "stale")
 DELETE_OUTCOMES = ("deleted", "already_deleted", "never_seen")
 PUSH_OPERATIONS = ("create", "update", "delete")

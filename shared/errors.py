@@ -77,6 +77,21 @@ class Gone(ProblemError):
     status, code = 410, "gone"
 
 
+class IdExpired(ProblemError):
+    """An ID older than the UUIDv7 horizon, with no row: never created (nor recorded) again."""
+
+    status, code = 410, "id_expired"
+
+
+class TryAgain(ProblemError):
+    """Nothing was stored, for a reason that passes: the caller should send the same request again."""
+
+    status, code = 503, "unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
 class PayloadTooLarge(ProblemError):
     status, code = 413, "payload_too_large"
 

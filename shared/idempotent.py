@@ -8,6 +8,12 @@ the version the upstream wants.
 Every function takes the session as ``db_session`` and never commits: the
 caller's transaction owner does.
 
+The UUIDv7 horizon (:mod:`shared.horizon`) is decided here too, for every
+route alike: an ID older than the horizon is never inserted (a create of it
+only reads), and where it has no row the answer is 410 ``id_expired``, not a
+create, a tombstone or a 404. A row that exists answers as it always did,
+whatever its age.
+
 Statements, not the ORM unit of work: a create is exactly one
 ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and a replay adds exactly one
 read. Never SELECT-then-INSERT: two concurrent creates would both miss the
@@ -29,7 +35,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.sql import ClauseElement
 
-from shared.errors import Gone, IdConflict, NotFound, ProblemError
+from shared.errors import Gone, IdConflict, IdExpired, NotFound, ProblemError, TryAgain
+from shared.horizon import Horizon
 from shared.registry import Resource
 
 
@@ -46,6 +53,7 @@ class Outcome(enum.Enum):
     REPLAYED = "replayed"  # the ID existed with the same immutable fields
     CONFLICT = "conflict"  # the ID exists with different immutable fields
     GONE = "gone"  # the ID, or its parent, was deleted
+    EXPIRED = "expired"  # the ID (or its parent's) is older than the horizon and has no row
     NOT_FOUND = "not_found"  # the parent does not exist
 
 
@@ -75,6 +83,7 @@ def create_or_return(
     db_session: Connection,
     resource: Resource,
     values: Mapping[str, Any],
+    horizon: Horizon,
     conflict_on: Sequence[str] = ("id",),
 ) -> tuple[RowMapping, bool]:
     """Insert the object unless its key exists; return ``(row, created)``.
@@ -84,11 +93,13 @@ def create_or_return(
     (platform_svc keys on the account's Idempotency-Key).
 
     :raise Gone: the ID is a tombstone, or the parent is deleted.
+    :raise IdExpired: the ID (or its parent's) is older than the horizon and has no row.
     :raise NotFound: the parent does not exist.
     :raise IdConflict: the ID exists with different immutable fields.
+    :raise TryAgain: the row landed too late to be sure no purge passed its ID.
     """
     return create_or_return_many(
-        db_session=db_session, resource=resource, items=(values,), conflict_on=conflict_on
+        db_session=db_session, resource=resource, items=(values,), horizon=horizon, conflict_on=conflict_on
     )[0].unwrap()
 
 
@@ -97,12 +108,15 @@ def create_or_return_many(
     db_session: Connection,
     resource: Resource,
     items: Sequence[Mapping[str, Any]],
+    horizon: Horizon,
     conflict_on: Sequence[str] = ("id",),
 ) -> list[CreateResult]:
     """Create-or-return each item; return one result per item, in order.
 
     One INSERT ... ON CONFLICT DO NOTHING RETURNING for all items, then, only
-    if some key already existed, one read of those. Each item answers exactly
+    if some key already existed, one read of those. An item whose ID is older
+    than the horizon is never inserted: it is only read, and answers
+    ``expired`` when it has no row. Each item answers exactly
     what its own create, sent alone in the same order, would have: a key
     repeated within the batch is decided by its first occurrence and the
     repeats are replays of that row (200, or 409 when their immutable fields
@@ -118,28 +132,34 @@ def create_or_return_many(
     """
     conflict_on = tuple(conflict_on)
     if len(items) == 1:
-        return [_create_one(db_session, resource, items[0], conflict_on)]
+        return [_create_one(db_session, resource, items[0], conflict_on, horizon)]
     if not items:
         return []
     if conflict_on != ("id",):
         raise ValueError("a batch is keyed on the ID")
+    now = horizon.clock()
     firsts: dict[Any, Mapping[str, Any]] = {}
     for item in items:
         firsts.setdefault(item["id"], item)
-    stored = _insert_new(db_session, resource, list(firsts.values()))
+    expired = {object_id for object_id in firsts if horizon.expired(object_id, now)}
+    fresh = [item for object_id, item in firsts.items() if object_id not in expired]
+    stored = _insert_new(db_session, resource, fresh) if fresh else {}
+    _landed_in_time(horizon, stored)
     created = set(stored)
     missing = [object_id for object_id in firsts if object_id not in stored]
     if missing:
         rows = db_session.execute(_select_ids(resource), {"ids": missing}).mappings().all()
         stored.update((row["id"], row) for row in rows)
-    orphans = [firsts[object_id] for object_id in missing if object_id not in stored]
+    orphans = [firsts[object_id] for object_id in missing if object_id not in stored and object_id not in expired]
     parents = _parent_states(db_session, resource, orphans) if orphans else {}
 
     results = []
     for item in items:
         row = stored.get(item["id"])
-        if row is None:
-            results.append(_refused_by_parent(resource, parents, item))
+        if row is None and item["id"] in expired:
+            results.append(_expired(resource, horizon, item["id"]))
+        elif row is None:
+            results.append(_refused_by_parent(resource, parents, item, horizon))
         elif item["id"] in created:
             created.discard(item["id"])  # its repeats, if any, replay this row
             results.append(CreateResult(Outcome.CREATED, row))
@@ -149,20 +169,48 @@ def create_or_return_many(
 
 
 def _create_one(
-    db_session: Connection, resource: Resource, values: Mapping[str, Any], conflict_on: tuple[str, ...]
+    db_session: Connection,
+    resource: Resource,
+    values: Mapping[str, Any],
+    conflict_on: tuple[str, ...],
+    horizon: Horizon,
 ) -> CreateResult:
     """A batch of one: the same steps on prebuilt one-row statements, with no
     keys to pair up (the hot path: a single create)."""
-    shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
-    params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
-    row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
-    if row is not None:
-        return CreateResult(Outcome.CREATED, row)
+    expired = "id" in values and horizon.expired(values["id"])
+    if not expired:
+        shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
+        params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
+        row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
+        if row is not None:
+            _landed_in_time(horizon, {row["id"]: row})
+            return CreateResult(Outcome.CREATED, row)
     key = {name: values[name] for name in conflict_on}
     existing = db_session.execute(_select_by(resource, conflict_on), key).mappings().first()
+    if existing is None and expired:
+        return _expired(resource, horizon, values["id"])
     if existing is None:
-        return _refused_by_parent(resource, _parent_states(db_session, resource, [values]), values)
+        return _refused_by_parent(resource, _parent_states(db_session, resource, [values]), values, horizon)
     return _returned(resource, existing, values)
+
+
+def _expired(resource: Resource, horizon: Horizon, object_id: Any) -> CreateResult:
+    return CreateResult(Outcome.EXPIRED, error=IdExpired(horizon.refusal(resource.describe(object_id))))
+
+
+def _landed_in_time(horizon: Horizon, created: Mapping[Any, RowMapping]) -> None:
+    """Rows just inserted whose ID a purge may already have passed are not committed (see shared.horizon).
+
+    Only a create that stalled for minutes between its check and its INSERT
+    can meet this; the caller sends it again and is answered by the horizon.
+
+    :raise TryAgain: one did (the caller's transaction rolls back).
+    """
+    now = horizon.clock()
+    late = [object_id for object_id in created if not horizon.landed_in_time(object_id, now)]
+    if late:
+        raise TryAgain(f"The create of {late[0]} reached the database too late to be checked against the "
+                       "ID horizon; nothing was stored. Send it again.")
 
 
 def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[str, Any]]) -> dict[Any, RowMapping]:
@@ -206,11 +254,13 @@ def _parent_states(
 
 
 def _refused_by_parent(
-    resource: Resource, parents: Mapping[Any, Mapping[str, Any]], values: Mapping[str, Any]
+    resource: Resource, parents: Mapping[Any, Mapping[str, Any]], values: Mapping[str, Any], horizon: Horizon
 ) -> CreateResult:
     """The guarded insert found no live parent under the item's ancestors (and parents never come back to life)."""
     parent_id = values[resource.parent_column]
     parent = parents.get(parent_id)
+    if parent is None and horizon.expired(parent_id):
+        return _expired(resource.parent, horizon, parent_id)
     if parent is None or any(parent[column] != values[column] for column in resource.parent.scope_columns):
         return CreateResult(Outcome.NOT_FOUND, error=NotFound(f"{resource.parent.describe(parent_id)} does not exist."))
     if parent["deleted_at"] is not None:
@@ -296,14 +346,20 @@ def _select_ids(resource: Resource, *columns: str) -> Any:
 
 
 def get_live(
-    *, db_session: Connection, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+    *,
+    db_session: Connection,
+    resource: Resource,
+    object_id: Any,
+    horizon: Horizon,
+    scope: Mapping[str, Any] | None = None,
 ) -> RowMapping:
     """The object, if it exists, is alive and lies within ``scope``.
 
     :raise NotFound: no such object (within ``scope``).
+    :raise IdExpired: none, and its ID (or its parent's, when the parent has no row) is older than the horizon.
     :raise Gone: it was deleted.
     """
-    row = _read(db_session, resource, object_id, scope)
+    row = _read(db_session, resource, object_id, scope, horizon)
     if row["deleted_at"] is not None:
         raise Gone(f"{resource.describe(object_id)} was deleted.")
     return row
@@ -316,6 +372,7 @@ def apply_update(
     object_id: Any,
     generation: int,
     values: Mapping[str, Any],
+    horizon: Horizon,
     scope: Mapping[str, Any] | None = None,
 ) -> tuple[RowMapping, bool]:
     """Apply ``values`` only if ``generation`` is newer; return ``(row, applied)``.
@@ -324,6 +381,7 @@ def apply_update(
     updates delivered late or twice can never move an object backwards.
 
     :raise NotFound: no such object (within ``scope``).
+    :raise IdExpired: none, and its ID is older than the horizon.
     :raise Gone: it was deleted.
     """
     table = resource.table
@@ -341,33 +399,46 @@ def apply_update(
     row = db_session.execute(stmt).mappings().first()
     if row is not None:
         return row, True
-    return get_live(db_session=db_session, resource=resource, object_id=object_id, scope=scope), False
+    return get_live(db_session=db_session, resource=resource, object_id=object_id, horizon=horizon, scope=scope), False
 
 
 def mark_deleted(
-    *, db_session: Connection, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None = None
+    *,
+    db_session: Connection,
+    resource: Resource,
+    object_id: Any,
+    horizon: Horizon,
+    scope: Mapping[str, Any] | None = None,
 ) -> Deletion:
     """Turn the object into a tombstone, with its children; say what it was.
 
     An ID never seen gets a tombstone as well, so a create that was delayed in
-    the network behind this delete still finds the ID deleted.
+    the network behind this delete still finds the ID deleted; unless the ID
+    is older than the horizon: no create of it can come any more, and nothing
+    is recorded.
 
     :raise NotFound: the object belongs to another parent, or its parent does
         not exist (a tombstone needs an existing parent).
+    :raise IdExpired: no row has the ID, which is older than the horizon
+        (or the parent has none, and its ID is).
     :raise Gone: its parent was deleted (and with it, everything under it).
     """
     table = resource.table
     if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
         return Deletion.DELETED
+    if horizon.expired(object_id):
+        # Never inserted: the row, if there is one, decides (410 gone), else 410 id_expired.
+        _read(db_session, resource, object_id, scope, horizon)
+        return Deletion.ALREADY_DELETED
     if resource.parent is not None:
-        _require_live_parent(db_session, resource, scope)
+        _require_live_parent(db_session, resource, scope, horizon)
     tombstone = {"id": object_id, **(scope or {}), "deleted_at": func.now()}
     stmt = insert(table).values(**tombstone).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
     if db_session.execute(stmt).first() is not None:
         return Deletion.NEVER_SEEN
     # The ID exists: deleted already, under another parent, or created by a
     # request that committed between our UPDATE and INSERT. Lock it and decide.
-    row = _read(db_session, resource, object_id, scope, for_update=True)
+    row = _read(db_session, resource, object_id, scope, horizon, for_update=True)
     if row["deleted_at"] is not None:
         return Deletion.ALREADY_DELETED
     soft_delete(db_session, resource, [table.c.id == object_id])
@@ -437,9 +508,16 @@ def _read(
     resource: Resource,
     object_id: Any,
     scope: Mapping[str, Any] | None,
+    horizon: Horizon,
     *,
     for_update: bool = False,
 ) -> RowMapping:
+    """The row with the ID within ``scope``.
+
+    :raise NotFound: none (or, for a child, no such parent). :raise IdExpired: none,
+        and the ID (or the missing parent's) is older than the horizon.
+        :raise Gone: the parent was deleted.
+    """
     table = resource.table
     stmt = select(table).where(table.c.id == object_id, *_scope_clauses(table, scope))
     if for_update:
@@ -447,20 +525,27 @@ def _read(
     row = db_session.execute(stmt).mappings().first()
     if row is None:
         if resource.parent is not None and scope:
-            _require_live_parent(db_session, resource, scope)
+            _require_live_parent(db_session, resource, scope, horizon)
+        if horizon.expired(object_id):
+            raise IdExpired(horizon.refusal(resource.describe(object_id)))
         raise NotFound(f"{resource.describe(object_id)} does not exist.")
     return row
 
 
-def _require_live_parent(db_session: Connection, resource: Resource, scope: Mapping[str, Any]) -> None:
+def _require_live_parent(
+    db_session: Connection, resource: Resource, scope: Mapping[str, Any], horizon: Horizon
+) -> None:
     """The parent ``scope`` names, under the ancestors it names.
 
-    :raise NotFound: no such parent (there). :raise Gone: the parent was deleted.
+    :raise NotFound: no such parent (there). :raise IdExpired: none, and its ID is
+        older than the horizon. :raise Gone: the parent was deleted.
     """
     parent = resource.parent
     parent_id = scope[resource.parent_column]
     where = [parent.table.c.id == parent_id, *_scope_clauses(parent.table, _within(parent, scope))]
     deleted_at = db_session.execute(select(parent.table.c.deleted_at).where(*where)).first()
+    if deleted_at is None and horizon.expired(parent_id):
+        raise IdExpired(horizon.refusal(parent.describe(parent_id)))
     if deleted_at is None:
         raise NotFound(f"{parent.describe(parent_id)} does not exist.")
     if deleted_at[0] is not None:

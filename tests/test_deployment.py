@@ -58,11 +58,12 @@ def test_compose_refuses_to_start_without_its_secrets(missing):
 
 def test_compose_runs_postgres_both_services_the_reconciler_and_their_monitoring(compose):
     services = compose["services"]
-    assert set(services) == {"postgres", "cluster", "platform", "reconciler", "prometheus", "grafana"}
+    assert set(services) == {"postgres", "cluster", "platform", "reconciler", "purge", "prometheus", "grafana"}
     assert "migrate" in " ".join(services["cluster"]["command"])
     assert "cluster-svc serve --port 8001" in " ".join(services["cluster"]["command"])
     assert "platform-svc serve --port 8000" in " ".join(services["platform"]["command"])
     assert services["reconciler"]["command"] == ["platform-svc", "reconcile", "--metrics-port", "9100"]
+    assert services["purge"]["command"] == ["cluster-svc", "purge", "--every", "3600"]
 
 
 def test_compose_health_checks_ask_for_readiness(compose):
@@ -137,6 +138,7 @@ def test_compose_gives_every_process_the_settings_it_requires(compose):
         "cluster": {"CLUSTER_DATABASE_URL", "INTERNAL_TOKEN"},
         "platform": {"PLATFORM_DATABASE_URL", "CLUSTER_SVC_URL", "INTERNAL_TOKEN"},
         "reconciler": {"PLATFORM_DATABASE_URL", "CLUSTER_SVC_URL", "INTERNAL_TOKEN"},
+        "purge": {"CLUSTER_DATABASE_URL"},
     }
     for name, names in required.items():
         environment = services[name]["environment"]
@@ -145,6 +147,9 @@ def test_compose_gives_every_process_the_settings_it_requires(compose):
             environment[var].startswith("postgresql+psycopg2://") for var in names if var.endswith("DATABASE_URL")
         )
     assert services["platform"]["environment"]["CLUSTER_SVC_URL"] == "http://cluster:8001"
+    # Both services (and the reconciler and purge) must agree on the ID horizon.
+    horizons = {services[name]["environment"]["ID_HORIZON_SECONDS"] for name in ("cluster", "platform", "reconciler", "purge")}
+    assert len(horizons) == 1
 
 
 def test_compose_creates_one_database_per_service():

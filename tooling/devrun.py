@@ -71,7 +71,8 @@ def _print_welcome(env: dict[str, str]) -> None:
         f"""
 platform_svc http://127.0.0.1:8000   (public API; docs at /docs)
 cluster_svc  http://127.0.0.1:8001   (internal; token in .dev/internal_token)
-reconciler   pushes whatever cluster_svc has not confirmed
+reconciler   pushes whatever cluster_svc has not confirmed (and purges the platform's expired deleted rows hourly)
+purge        removes cluster_svc's tombstones past the ID horizon (ID_HORIZON_SECONDS, 30 days), hourly
 
 Metrics (Prometheus text format):
   http://127.0.0.1:8000/metrics and http://127.0.0.1:8001/metrics need the internal token:

@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from cluster_svc.resources import CLUSTER, FIREWALL_RULE
 from cluster_svc.schemas import ClusterCreate, FirewallRuleCreate
+from shared.horizon import Horizon
 from shared.idempotent import Outcome, create_or_return_many
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
@@ -45,6 +46,7 @@ def create_many(request, client):
             db_session=db_session,
             resource=CLUSTER,
             items=[ClusterCreate().load(cluster_body(id=str(i), team_id=team_id)) for i in ids],
+            horizon=Horizon(),
         )
     response = client.post("/v1/clusters", json=cluster_body())
     assert response.status_code == 201
@@ -53,6 +55,7 @@ def create_many(request, client):
         db_session=db_session,
         resource=FIREWALL_RULE,
         items=[{**FirewallRuleCreate().load(rule_body(id=str(i))), "cluster_id": cluster_id} for i in ids],
+        horizon=Horizon(),
     )
 
 

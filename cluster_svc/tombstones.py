@@ -1,0 +1,81 @@
+"""cluster_svc's tombstones: what may be purged, and the gauges that show the bound hold.
+
+Every tombstone whose ID is past the horizon may go (:mod:`shared.purge`):
+no create of that ID is accepted any more, so the tombstone holds nothing
+back. ``tombstones`` and ``tombstone_oldest_seconds`` are read at scrape time
+through the index on deleted rows (``ix_<table>_deleted``: an index-only
+count and its first entry), never the table; with purge running, both stay
+bounded by what is deleted within one horizon.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import Connection, func, select, text
+from sqlalchemy.sql import ColumnElement
+
+from cluster_svc.resources import RESOURCES
+from shared.db import Database
+from shared.registry import Registry, Resource
+
+log = logging.getLogger(__name__)
+
+SCRAPE_STATEMENT_TIMEOUT = "2s"
+
+
+def purgeable(resource: Resource) -> list[ColumnElement]:
+    """Besides an expired ID, nothing: every tombstone of an expired ID may go."""
+    return []
+
+
+def tombstone_stats(*, db_session: Connection, resource: Resource) -> tuple[int, timedelta | None]:
+    """How many tombstones the resource holds, and how long ago the oldest was deleted (None: none)."""
+    table = resource.table
+    count, oldest = db_session.execute(
+        select(func.count(), func.now() - func.min(table.c.deleted_at)).where(table.c.deleted_at.is_not(None))
+    ).one()
+    return count, oldest
+
+
+class TombstonesCollector:
+    """A prometheus-client collector: ``tombstones`` and ``tombstone_oldest_seconds`` per resource."""
+
+    def __init__(self, database: Database, registry: Registry = RESOURCES) -> None:
+        self.database = database
+        self.registry = registry
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        count, oldest = self._families()
+        try:
+            with self.database.begin() as db_session:
+                db_session.execute(text(f"SET LOCAL statement_timeout = '{SCRAPE_STATEMENT_TIMEOUT}'"))
+                for resource in self.registry:
+                    tombstones, age = tombstone_stats(db_session=db_session, resource=resource)
+                    count.add_metric([resource.label], tombstones)
+                    oldest.add_metric([resource.label], age.total_seconds() if age is not None else 0.0)
+        except Exception as exc:  # the scrape still serves the counters
+            log.warning("tombstone metrics: the database did not answer (%s)", type(exc).__name__)
+            return iter(())
+        return iter((count, oldest))
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "tombstones",
+                "Deleted rows kept as tombstones; purge removes those whose ID is past the horizon.",
+                labels=["resource"],
+            ),
+            GaugeMetricFamily(
+                "tombstone_oldest_seconds",
+                "Seconds since the oldest tombstone was deleted (0 when none is kept); with purge running it "
+                "stays below the horizon plus the purge interval, but for IDs that are not UUIDv7s.",
+                labels=["resource"],
+            ),
+        )
