@@ -55,7 +55,10 @@ class Note(cluster_models.Lifecycle, cluster_models.Base):
     topic: Mapped[str | None] = mapped_column(String(16))
     text: Mapped[str | None] = mapped_column(String(200))
 
-    __table_args__ = (CheckConstraint("deleted_at IS NOT NULL OR topic IS NOT NULL", name="live_rows_complete"),)
+    __table_args__ = (
+        CheckConstraint("deleted_at IS NOT NULL OR topic IS NOT NULL", name="live_rows_complete"),
+        cluster_models.tombstones_index("notes"),
+    )
 
 
 class NoteCreate(NoteFields):
