@@ -159,7 +159,7 @@ def _operations_blueprint(
         headers={"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
     )
     def readyz():
-        """Readiness: 200 when the database answers ``SELECT 1`` within a couple of seconds."""
+        """Readiness: 200 when the database answers `SELECT 1` within a couple of seconds."""
         if readiness.check():
             return {"status": "ok"}
         return problem(
