@@ -62,8 +62,8 @@ def project_copy(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def make_run(pg_server_url: str, tmp_path: Path) -> Iterator[DevRun]:
-    """`make run` until its services answer; stopped (SIGTERM to its group) if the block left it running."""
+def make_run(pg_server_url: str, tmp_path: Path, argv: tuple[str, ...] = ("make", "run")) -> Iterator[DevRun]:
+    """`make run` (or ``argv``) until its services answer; stopped (SIGTERM to its group) if the block left it running."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     folder = project_copy(tmp_path)
@@ -75,7 +75,7 @@ def make_run(pg_server_url: str, tmp_path: Path) -> Iterator[DevRun]:
     log = tmp_path / "make-run.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            ["make", "run"], cwd=folder, env=environ, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            list(argv), cwd=folder, env=environ, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
     run = DevRun(folder, process, log, ports)
     try:
@@ -129,3 +129,35 @@ def test_the_readme_walkthrough_commands_work_after_sourcing_what_make_run_wrote
     for name in SETTINGS:  # printed too, for whoever prefers to paste them
         assert f"export {name}=" in printed
     assert f"http://127.0.0.1:{run.ports['PLATFORM_PORT']}" in printed
+
+
+@pytest.mark.parametrize("command", ["make run", "devrun"])
+def test_ctrl_c_stops_everything_quietly(pg_server_url, tmp_path, command):
+    """`make run`'s own recipe (devrun) exits 0, so make reports no error. make itself
+    then re-raises the SIGINT it got from the terminal (GNU make always does:
+    the shell's $? is 130, and it prints nothing)."""
+    argv = ("make", "run") if command == "make run" else (str(ROOT / ".venv/bin/python"), "-m", "tooling.devrun")
+    with make_run(pg_server_url, tmp_path, argv) as run:
+        status = run.interrupt()
+        output = run.output()
+
+    assert status in ((0, -signal.SIGINT) if command == "make run" else (0,)), output[-3000:]
+    stop = output[output.index("Ctrl-C stops everything."):]
+    for noise in ("Error", "rc=", "SIGINT received", "sending SIGTERM", "Traceback", "make: ***"):
+        assert noise not in stop, stop[-3000:]
+    assert "Shutting down: Master" in stop  # the services did stop, as they do on SIGTERM
+    for port in (run.ports["PLATFORM_PORT"], run.ports["CLUSTER_PORT"]):
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+def test_a_process_that_stops_by_itself_is_still_reported_and_make_fails(pg_server_url, tmp_path):
+    with make_run(pg_server_url, tmp_path) as run:
+        master = int((run.folder / ".dev" / "cluster_svc.pid").read_text())
+        os.kill(master, signal.SIGKILL)  # a crash, not a stop anyone asked for
+        status = run.process.wait(timeout=60)
+        output = run.output()
+
+    assert status != 0
+    assert "cluster.1 stopped (rc=" in output
+    assert "make: ***" in output

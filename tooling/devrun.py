@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from honcho.environ import expand_processes, parse_procfile
+from honcho.manager import Manager
+from honcho.printer import Printer
 
 from tooling import embedded_pg
 
@@ -35,38 +38,81 @@ ENV_FILE = DEV / "env"
 
 
 def main() -> int:
-    DEV.mkdir(exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("INTERNAL_TOKEN", _dev_token())
-    for var, default in PORTS:
-        env[var] = env.get(var, "").strip() or default
-    env.setdefault("CLUSTER_SVC_URL", f"http://127.0.0.1:{env['CLUSTER_PORT']}")
+    """Run the pair until Ctrl-C (or SIGTERM): then 0, quietly; a process's own exit code if one stopped by itself."""
+    # Until the processes run, a stop request (Ctrl-C reaches us through the
+    # terminal; SIGTERM may be sent to us alone) ends start-up like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     server = None
-    if not all(env.get(var) for var, _, _ in SERVICES):
-        print("Starting the embedded PostgreSQL in .dev/pg ...", flush=True)
-        server = embedded_pg.start(DEV / "pg")
-        admin = embedded_pg.admin_url(server)
-        for var, name, _ in SERVICES:
-            env.setdefault(var, embedded_pg.ensure_database(admin, name))
-    bin_dir = Path(sys.executable).parent
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    for _, _, script in SERVICES:
-        subprocess.run([script, "migrate"], env=env, check=True)
-    _write_env_file(env)
-    _print_welcome(env)
-    honcho = subprocess.Popen([shutil.which("honcho", path=env["PATH"]), "-f", str(ROOT / "Procfile"), "start"], env=env)
-    # Ctrl-C reaches honcho through the terminal; a SIGTERM sent to us alone is
-    # passed on, so that nothing outlives `make run`.
-    signal.signal(signal.SIGTERM, lambda *_: honcho.terminate())
     try:
-        while True:
-            try:
-                return honcho.wait()
-            except KeyboardInterrupt:
-                continue  # honcho got the same Ctrl-C and is stopping its processes
+        DEV.mkdir(exist_ok=True)
+        env = dict(os.environ)
+        env.setdefault("INTERNAL_TOKEN", _dev_token())
+        for var, default in PORTS:
+            env[var] = env.get(var, "").strip() or default
+        env.setdefault("CLUSTER_SVC_URL", f"http://127.0.0.1:{env['CLUSTER_PORT']}")
+        if not all(env.get(var) for var, _, _ in SERVICES):
+            print("Starting the embedded PostgreSQL in .dev/pg ...", flush=True)
+            server = embedded_pg.start(DEV / "pg")
+            admin = embedded_pg.admin_url(server)
+            for var, name, _ in SERVICES:
+                env.setdefault(var, embedded_pg.ensure_database(admin, name))
+        bin_dir = Path(sys.executable).parent
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        for _, _, script in SERVICES:
+            subprocess.run([script, "migrate"], env=env, check=True)
+        _write_env_file(env)
+        _print_welcome(env)
+        manager = _manager(env)
+        manager.loop()
+        return 0 if manager.stop_requested else manager.returncode
+    except KeyboardInterrupt:
+        return 0  # stopped before the processes ran: nothing else to say
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if server is not None:
             embedded_pg.stop(server)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+class _Manager(Manager):
+    """honcho's process manager (as ``honcho start`` runs it), quiet about a stop that was asked for.
+
+    honcho answers Ctrl-C with "SIGINT received", a "sending SIGTERM" and a
+    "stopped (rc=-15)" line per process (the exit codes of the shells it
+    killed) and exit status 130, which ``make`` reports as an error. Here a
+    Ctrl-C or SIGTERM stops every process the same way (SIGTERM to each
+    process group, SIGKILL after 5 s) without those lines, and :func:`main`
+    exits 0. When a process stops by itself, honcho's lines and exit code stay.
+    """
+
+    stop_requested = False
+
+    def _start(self) -> None:
+        super()._start()
+        # loop() installed honcho's own handlers just before calling this: ours replace them.
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGTERM, self._stop)
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.stop_requested = True
+        self.terminate()
+
+    def _system_print(self, data: str) -> None:
+        if not self.stop_requested:
+            super()._system_print(data)
+
+
+def _manager(env: dict[str, str]) -> _Manager:
+    """The processes of the Procfile, named as honcho names them (``cluster.1``, ...), each with ``env``."""
+    manager = _Manager(Printer(sys.stdout))
+    procfile = parse_procfile((ROOT / "Procfile").read_text())
+    for process in expand_processes(procfile.processes):
+        manager.add_process(process.name, process.cmd, quiet=process.quiet, env={**env, **process.env})
+    return manager
 
 
 def _dev_token() -> str:
