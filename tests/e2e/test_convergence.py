@@ -213,6 +213,34 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     pair.assert_downstream_matches()
 
 
+def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_second_and_a_half(pair):
+    """Before any worker's breaker has opened, each create waits on the frozen
+    service for the inline push's whole budget: about a second, not the ~3.3 s
+    of three read timeouts and two pauses."""
+    frozen = pair.cluster_svc.process.pid
+    os.killpg(frozen, signal.SIGSTOP)
+    try:
+
+        def create(n):
+            started = time.monotonic()
+            response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
+            return response, time.monotonic() - started
+
+        # 2 workers, 3 failures each to open their breakers: 8 at once, then 4 more, reach them all.
+        with ThreadPoolExecutor(8) as pool:
+            answered = list(pool.map(create, range(8)))
+        answered += [create(n) for n in range(8, 12)]
+    finally:
+        os.killpg(frozen, signal.SIGCONT)
+
+    for response, elapsed in answered:
+        assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
+        assert elapsed < 1.5, [round(t, 2) for _, t in answered]
+    assert sum(elapsed > 0.8 for _, elapsed in answered) >= 2  # the frozen service was waited for, once per worker at least
+    assert pair.cli("reconcile", "--once").returncode == 0
+    pair.assert_downstream_matches()
+
+
 # What sync-status tells ----------------------------------------------------------------------
 
 
