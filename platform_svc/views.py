@@ -43,18 +43,23 @@ IDEMPOTENCY_KEY = {
         "Makes the create safe to retry (IETF draft 'The Idempotency-Key HTTP Header Field'): "
         "the same key and body again answer 200 with the object as it is now (Idempotent-Replayed: true), "
         "also while the first request is still in flight; the same key with another body: 422 "
-        "idempotency_key_reused; the key of an object since deleted: 410. Keys are scoped to your account."
+        "idempotency_key_reused; the key of an object since deleted: 410. Keys are scoped to your account. "
+        "One key per request: the header sent more than once is a 400 invalid_idempotency_key (a single "
+        "key may contain commas; a proxy that joins repeated header lines into one hides the repeat)."
     ),
 }
-INVALID_KEY = "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters (invalid_idempotency_key)"
+INVALID_KEY = (
+    "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters"
+    " or was sent more than once (invalid_idempotency_key)"
+)
 KEY_REUSED = "Invalid body (validation_error), or the Idempotency-Key was used with another body (idempotency_key_reused)"
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
 
 def idempotency_key() -> str | None:
-    """:raise InvalidIdempotencyKey: not 1-255 printable ASCII characters."""
-    return services.check_idempotency_key(request.headers.get("Idempotency-Key"))
+    """:raise InvalidIdempotencyKey: not 1-255 printable ASCII characters, or sent more than once."""
+    return services.check_idempotency_key(request.headers.get("Idempotency-Key"), request.environ)
 
 
 def pusher():
