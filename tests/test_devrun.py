@@ -26,6 +26,7 @@ from tooling.testing import free_port, fresh_database
 ROOT = Path(__file__).resolve().parents[1]
 # What a user's shell has; none of the project's settings.
 SETTINGS = ("PLATFORM_DATABASE_URL", "CLUSTER_DATABASE_URL", "CLUSTER_SVC_URL", "INTERNAL_TOKEN")
+MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 
 
 @dataclass
@@ -68,7 +69,8 @@ def make_run(pg_server_url: str, tmp_path: Path, argv: tuple[str, ...] = ("make"
         pytest.skip("make is not installed")
     folder = project_copy(tmp_path)
     ports = {"PLATFORM_PORT": free_port(), "CLUSTER_PORT": free_port(), "RECONCILER_METRICS_PORT": free_port()}
-    environ = {k: v for k, v in os.environ.items() if k not in SETTINGS and k != "MAKEFLAGS"}
+    # As from a terminal, also when these tests run under `make test` (no sub-make).
+    environ = {k: v for k, v in os.environ.items() if k not in SETTINGS and k not in MAKE_VARIABLES}
     environ.update({name: str(port) for name, port in ports.items()})
     environ["CLUSTER_DATABASE_URL"] = fresh_database(pg_server_url, "devrun_cluster")  # migrated by make run
     environ["PLATFORM_DATABASE_URL"] = fresh_database(pg_server_url, "devrun_platform")

@@ -5,6 +5,7 @@ tools; `make test` needs those too.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# As from a terminal, also when these tests run under `make test` (no sub-make).
+MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 
 
 def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> str:
@@ -23,7 +26,10 @@ def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> 
     for stamp in installed:  # made after the inputs, so up to date
         (tmp_path / ".venv").mkdir(exist_ok=True)
         (tmp_path / ".venv" / stamp).touch()
-    result = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
+    result = subprocess.run(
+        ["make", "-n", target], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
