@@ -2,8 +2,12 @@
 
 Starts an embedded PostgreSQL (unless the database URLs are in the
 environment), creates one database per service, migrates both, then runs the
-processes in ``Procfile`` under honcho, which prefixes each log line with its
-process name and stops them all on Ctrl-C.
+processes in ``Procfile`` under honcho's process manager, which prefixes each
+log line with its process name. Ctrl-C stops them all and exits 0, quietly.
+
+It writes ``.dev/env``: the exports another terminal needs to use the CLI
+against this pair (``. .dev/env``). The ports come from ``PLATFORM_PORT``,
+``CLUSTER_PORT`` and ``RECONCILER_METRICS_PORT`` (8000, 8001, 8002 by default).
 """
 from __future__ import annotations
 
