@@ -2,22 +2,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# make run: the services plus what runs them here (setup.cfg's `dev` extras: the
+# embedded PostgreSQL and honcho), nothing of the test tools.
 STAMP  := $(VENV)/.installed
+# make test (and chaos): the test extras too (pytest, schemathesis, ...).
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test clean bench chaos
 
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Reinstall whenever the dependencies change.
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The test extras include the dev ones; reinstalled whenever the runtime is.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) .dev .pytest_cache .hypothesis
@@ -28,5 +37,5 @@ bench: $(STAMP)
 
 # The fault-injection scenarios (tests/chaos) at full size, and their table of figures;
 # CHAOS_SEED=N replays a run.
-chaos: $(STAMP)
+chaos: $(TEST_STAMP)
 	CHAOS_SCALE=full $(BIN)/python -m pytest tests/chaos -s $(PYTEST_ARGS)

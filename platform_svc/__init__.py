@@ -13,6 +13,10 @@ from shared.horizon import Horizon
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not (a long Retry-After is the reconciler's to wait).
+# One second in all, whatever cluster_svc does: with only per-attempt timeouts,
+# a frozen cluster_svc held each public write for three read timeouts and two
+# pauses (about 3.3 s) until the worker's breaker opened. Quick retries (a kept-
+# alive connection closed under it, a refused connect) still fit in that second.
 # A gevent worker pushes for every public write it has in flight, so its pool
 # keeps that many connections to cluster_svc: with 10, every push beyond the
 # tenth opened a connection and dropped it with a WARNING ("Connection pool is
@@ -25,6 +29,7 @@ INLINE_POLICY = ClientPolicy(
     backoff_max=0.5,
     retry_after_max=1,
     pool_size=64,
+    total_timeout=1.0,
 )
 
 

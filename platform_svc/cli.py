@@ -119,7 +119,7 @@ def reconcile(
     if once:
         states = reconcile_once(pusher, options)
         failed = count_failed(pusher)
-        click.echo(f"pushed {sum(states.values())} rows: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+        click.echo(_pushed_line(states))
         if failed:
             click.echo(f"{failed} rows are failed; see `platform-svc sync-status`.", err=True)
         sys.exit(1 if failed else 0)
@@ -142,6 +142,14 @@ def reconcile(
             target=run_periodically, args=(pusher.database, duties, stop), name="periodic", daemon=True
         ).start()
     run(pusher, options, stop)
+
+
+def _pushed_line(states) -> str:
+    """``pushed 3 rows: 2 synced, 1 pending``, or ``pushed 0 rows`` (no dangling colon) when nothing went down."""
+    pushed = sum(states.values())
+    if not pushed:
+        return "pushed 0 rows"
+    return f"pushed {pushed} rows: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
 
 @main.command(help="Compare every object with cluster_svc's copy once and put back in line what drifted.")

@@ -13,7 +13,8 @@ the answers with one statement. So up to ``concurrency`` units are in flight
 whatever the others do: a call that hangs until its timeout holds its own
 rows and worker only, and the scheduler hands the next unit to the next free
 worker without waiting for any pass to end. Beside it, a :class:`RecoveryWatch` notices
-cluster_svc answering again and makes every row waiting on a backoff due.
+cluster_svc failing and answering again, logs both, and then makes every row
+waiting on a backoff due.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,16 +57,24 @@ class ReconcilerSettings:
 
 
 class RecoveryWatch:
-    """Notices cluster_svc serving again after failures, and wakes the rows waiting on a backoff.
+    """Notices cluster_svc failing and serving again; then logs it and wakes the rows waiting on a backoff.
 
-    It *suspects an outage* after ``failures_to_suspect`` consecutive pushes
-    cluster_svc could not serve (and, when ``suspect`` is set, from the start:
-    rows may be in backoff from before this process). While it suspects one
-    and rows wait on a backoff, :meth:`check` probes cluster_svc (a cheap
-    authenticated read) about once a second. The first push or probe it
-    serves ends the suspicion and makes every such row due at once, however
-    far its backoff had grown. A lone row that keeps failing among healthy
-    ones does not do this: the count restarts with every push that is served.
+    It *sees an outage* when cluster_svc itself does not serve: a probe (a
+    cheap authenticated read, its database included) fails, or
+    ``failures_to_suspect`` pushes in a row could not be served. A probe goes
+    out at the next :meth:`check` (about once a second) whenever a push
+    failed since cluster_svc last served anything, or a push has been waiting
+    for its answer longer than ``slow_push`` seconds: a frozen cluster_svc
+    accepts connections and answers nothing, so a push can wait out its read
+    timeout and retry, and succeed once cluster_svc thaws, without ever
+    failing. While an outage is seen (or, with ``suspect``, from the start:
+    rows may be in backoff from before this process) it probes every check.
+
+    The first push or probe served after an outage ends it: "cluster_svc
+    answers again" is logged, and every row waiting on a backoff is made due at
+    once, however far its backoff had grown. A lone row that keeps failing
+    among healthy ones is not an outage: a probe (or another push) is served,
+    and the count of failures in a row restarts with every push or probe served.
     """
 
     def __init__(
@@ -72,55 +83,100 @@ class RecoveryWatch:
         *,
         suspect: bool,
         failures_to_suspect: int = 3,
+        slow_push: float = 2.0,
         wake_batch: int = 10_000,
         on_wake=lambda: None,
     ) -> None:
         self.pusher = pusher
         self.failures_to_suspect = failures_to_suspect
+        self.slow_push = slow_push
         self.wake_batch = wake_batch
         self.on_wake = on_wake
-        self._lock = threading.Lock()  # guards the two fields; never held across a call
-        self._failures = 0
-        self._suspect = suspect
+        self._lock = threading.Lock()  # guards the fields below; never held across a call
+        self._failures = 0  # pushes in a row cluster_svc could not serve
+        self._failed_total = 0  # every such push, to know whether one came in during a probe
+        self._unsure = False  # a push failed: is it cluster_svc, or that row? The next check probes.
+        self._suspect = suspect  # rows may be waiting on an outage: probe, and wake them when it ends
+        self._seen = False  # this process saw cluster_svc fail (a failed probe, or failures in a row)
+        self._pushing: dict[int, float] = {}  # pushes in flight: their start (time.monotonic())
+
+    @contextmanager
+    def pushing(self) -> Iterator[None]:
+        """Around one push (a worker's call to cluster_svc): a push waiting too long makes the next check probe."""
+        token = object()
+        with self._lock:
+            self._pushing[id(token)] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._pushing[id(token)]
 
     def observe(self, answer: Answer) -> None:
         """Told every push's answer (from the workers)."""
         with self._lock:
             if answer.unavailable:
                 self._failures += 1
-                self._suspect = self._suspect or self._failures >= self.failures_to_suspect
+                self._failed_total += 1
+                self._unsure = True
+                if self._failures >= self.failures_to_suspect:
+                    self._outage_seen(f"{self._failures} pushes in a row failed")
                 return
-            self._failures = 0
-            recovered, self._suspect = self._suspect, False
+            self._failures, self._unsure = 0, False
+            recovered, seen = self._suspect, self._seen
+            self._suspect = self._seen = False
         if recovered:
-            self._wake_or_suspect_again()
+            self._wake_or_suspect_again(seen)
 
     def check(self) -> int:
-        """Probe cluster_svc if an outage is suspected and rows wait on it; return the rows woken."""
+        """Probe cluster_svc when there is reason to; return the rows woken if it serves after an outage."""
         with self._lock:
-            if not self._suspect:
+            suspect, seen, unsure, failed_before = self._suspect, self._seen, self._unsure, self._failed_total
+            slow = any(time.monotonic() - started > self.slow_push for started in self._pushing.values())
+        if not (seen or unsure or slow):
+            if not suspect:
                 return 0
-        with self.pusher.database.engine.connect() as db_session:
-            if not in_backoff(db_session=db_session):
-                return 0
+            with self.pusher.database.engine.connect() as db_session:
+                if not in_backoff(db_session=db_session):
+                    with self._lock:  # suspected from the start, and nothing waits from before: drop it
+                        if not (self._seen or self._unsure):
+                            self._suspect = False
+                    return 0
         if not self.pusher.client.probe():
+            with self._lock:
+                self._unsure = False
+                self._outage_seen("a probe failed")
             return 0
         with self._lock:
-            self._failures, self._suspect = 0, False
-        return self._wake_or_suspect_again()
+            if self._failed_total == failed_before:  # no push failed meanwhile
+                self._failures, self._unsure = 0, False
+            recovered, seen = self._suspect, self._seen
+            self._suspect = self._seen = False
+        return self._wake_or_suspect_again(seen) if recovered else 0
 
-    def _wake_or_suspect_again(self) -> int:
+    def _outage_seen(self, why: str) -> None:
+        """(Lock held.) cluster_svc fails as a whole: say so once, and wait for it to serve again."""
+        if not self._seen:
+            log.warning("cluster_svc does not answer (%s): rows wait, and go as soon as it answers again", why)
+        self._suspect = self._seen = True
+
+    def _wake_or_suspect_again(self, seen: bool) -> int:
         """Wake the rows; if that fails (the database is away), the next check tries again."""
         try:
-            return self.wake()
+            return self.wake(after_outage=seen)
         except Exception as exc:  # noqa: BLE001 (never into the push that noticed the recovery)
             with self._lock:
                 self._suspect = True
+                self._seen = self._seen or seen
             _log_failure("waking rows after recovery", exc)
             return 0
 
-    def wake(self) -> int:
-        """Make every row waiting on a transient backoff due now (in bounded batches)."""
+    def wake(self, *, after_outage: bool = False) -> int:
+        """Make every row waiting on a transient backoff due now (in bounded batches).
+
+        Logs "cluster_svc answers again" when ``after_outage`` (this process
+        saw cluster_svc fail) or when rows were woken.
+        """
         woken = 0
         for resource in RESOURCES:
             while True:
@@ -131,6 +187,8 @@ class RecoveryWatch:
                     break
         if woken:
             log.info("cluster_svc answers again: %d rows waiting on a backoff are due now", woken)
+        elif after_outage:
+            log.info("cluster_svc answers again")
         self.on_wake()
         return woken
 
@@ -165,6 +223,13 @@ class Reconciler:
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until ``stop`` is set; then finish the pushes in flight and return."""
+        # Rows left waiting on a backoff by an earlier process are woken now if
+        # cluster_svc serves (and an outage is seen now if it does not), before
+        # any push of this process can fail and be taken for a recovery.
+        try:
+            self.watch.check()
+        except Exception as exc:  # noqa: BLE001 (the database not up yet, say: the watcher tries again)
+            _log_failure("recovery check", exc)
         watcher = threading.Thread(
             target=self.watch.run, args=(stop, self.settings.probe_interval), name="recovery", daemon=True
         )
@@ -233,7 +298,8 @@ class Reconciler:
         """
         token = request_id.bind(request_id.new_request_id())
         try:
-            rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
+            with self.watch.pushing():
+                rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
             ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
             _log_failure(f"push of {len(claim.rows)} {claim.resource.words} ({ids})", exc)

@@ -27,6 +27,7 @@ from shared.errors import Gone, IdConflict, ProblemError
 from shared.horizon import Horizon
 from shared.idempotent import create_or_return, get_live, list_live, soft_delete
 from shared.registry import Resource
+from shared.repeated_headers import came_repeated
 
 
 def new_id() -> uuid.UUID:
@@ -104,17 +105,27 @@ class IdempotencyKeyReused(ProblemError):
     status, code = 422, "idempotency_key_reused"
 
 
-def check_idempotency_key(header: str | None) -> str | None:
-    """The Idempotency-Key as the IETF draft has it: 1-255 printable ASCII characters.
+def check_idempotency_key(header: str | None, environ: Mapping[str, Any] | None = None) -> str | None:
+    """The Idempotency-Key as the IETF draft has it: one per request, 1-255 printable ASCII characters.
 
     The header arrives as WSGI has it, one character per byte, so a non-ASCII
     key ("café" in UTF-8) shows up as characters above 0x7E and is refused,
     rather than stored garbled. Whitespace around it is HTTP's, not the key's.
 
+    The field sent on two lines reaches the app joined with a comma ("one,two"),
+    exactly like one key that contains a comma; the request's ``environ`` tells
+    them apart where the server recorded the repeat (the services' gunicorn
+    worker does: :mod:`shared.repeated_headers`). Two keys are refused; one key
+    with a comma is a key like any other.
+
     :raise InvalidIdempotencyKey:
     """
     if header is None:
         return None
+    if environ is not None and came_repeated(environ, "Idempotency-Key"):
+        raise InvalidIdempotencyKey(
+            "Send one Idempotency-Key per request: this request carried the header more than once."
+        )
     key = header.strip(" \t")
     if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
         raise InvalidIdempotencyKey(

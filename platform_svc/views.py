@@ -38,10 +38,15 @@ IDEMPOTENCY_KEY = {
         "object's row. Once the object is deleted, and its ID is older than the ID horizon "
         "(ID_HORIZON_SECONDS, 30 days by default), the deleted object is purged and the key is free again. "
         "A caller that lost the answer finds what its key created with GET on the collection and "
-        "?idempotency_key=<key>."
+        "?idempotency_key=<key>. "
+        "One key per request: the header sent more than once is a 400 invalid_idempotency_key (a single "
+        "key may contain commas; a proxy that joins repeated header lines into one hides the repeat)."
     ),
 }
-INVALID_KEY = "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters (invalid_idempotency_key)"
+INVALID_KEY = (
+    "Malformed request or JSON, or an Idempotency-Key that is not 1-255 printable ASCII characters"
+    " or was sent more than once (invalid_idempotency_key)"
+)
 KEY_REUSED = "Invalid body (validation_error), or the Idempotency-Key was used with another body (idempotency_key_reused)"
 EXPIRED_OR_GONE = "Deleted (gone), or no such object and an ID older than the horizon: purged, or never made (id_expired)"
 CREATED_HEADERS = {"Location": LOCATION}
@@ -49,8 +54,8 @@ REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPL
 
 
 def idempotency_key() -> str | None:
-    """:raise InvalidIdempotencyKey: not 1-255 printable ASCII characters."""
-    return services.check_idempotency_key(request.headers.get("Idempotency-Key"))
+    """:raise InvalidIdempotencyKey: not 1-255 printable ASCII characters, or sent more than once."""
+    return services.check_idempotency_key(request.headers.get("Idempotency-Key"), request.environ)
 
 
 def pusher():

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import enum
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
 from urllib3.connectionpool import connection_from_url
-from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
+from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError, ResponseError
 from urllib3.exceptions import TimeoutError as CallTimedOut
 from urllib3.util.retry import Retry
 
@@ -94,12 +95,19 @@ class ClientPolicy:
     backoff_jitter: float = 0.2
     retry_after_max: int = 30  # a longer Retry-After is cut to this; the row's own backoff does the rest
     pool_size: int = 10
+    # Seconds one call may take in all (connects, reads, pauses and retries), or
+    # None: only the per-attempt timeouts above bound it. Near the end of this
+    # budget an attempt's timeouts shrink to what is left, no retry starts when
+    # too little is left, and a Retry-After longer than what is left is not
+    # waited for (the last answer is the call's answer).
+    total_timeout: float | None = None
 
     def longest_call(self) -> float:
         """Seconds one call can take at most, all its retries included (a lease must outlast it)."""
         attempts = self.retries + 1
         pause = max(self.backoff_max + self.backoff_jitter, self.retry_after_max)
-        return attempts * (self.connect_timeout + self.read_timeout) + self.retries * pause
+        longest = attempts * (self.connect_timeout + self.read_timeout) + self.retries * pause
+        return longest if self.total_timeout is None else min(longest, self.total_timeout)
 
 
 class InternalClient:
@@ -108,7 +116,7 @@ class InternalClient:
     def __init__(self, base_url: str, token: str, policy: ClientPolicy = ClientPolicy()) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
-        retry = Retry(
+        self._retry_settings = dict(
             total=policy.retries,
             connect=policy.retries,
             read=policy.retries,
@@ -124,7 +132,7 @@ class InternalClient:
             retry_after_max=policy.retry_after_max,
             raise_on_status=False,  # the last answer is classified, not raised
         )
-        self._retry = retry
+        self._retry = Retry(**self._retry_settings)
         self._timeout = urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout)
         # Not blocking: a call finding every pooled connection busy opens one
         # more (dropped afterwards) rather than waiting, as requests did.
@@ -167,14 +175,19 @@ class InternalClient:
     def call(self, operation: Operation, method: str, path: str, body: dict[str, Any] | None) -> Answer:
         headers = dict(self._headers if body is None else self._json_headers)
         headers[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
+        retries, timeout = self._retry, self._timeout
+        if self.policy.total_timeout is not None:
+            deadline = time.monotonic() + self.policy.total_timeout
+            retries = _DeadlineRetry(deadline=deadline, **self._retry_settings)
+            timeout = _DeadlineTimeout(deadline, connect=self.policy.connect_timeout, read=self.policy.read_timeout)
         try:
             response = self._pool.urlopen(
                 method,
                 self._prefix + path,
                 body=None if body is None else json.dumps(body, separators=(",", ":")).encode(),
                 headers=headers,
-                retries=self._retry,
-                timeout=self._timeout,
+                retries=retries,
+                timeout=timeout,
                 # A redirect is not cluster_svc's answer: following a 302 with a
                 # GET would report a create that never happened as done.
                 redirect=False,
@@ -201,6 +214,62 @@ class InternalClient:
 
     def close(self) -> None:
         self._pool.close()
+
+
+# Less than this left of a call's total_timeout: no attempt is started.
+SHORTEST_ATTEMPT = 0.05
+
+
+class _DeadlineRetry(Retry):
+    """urllib3's Retry, bounded by ``deadline`` (a time.monotonic() value) as well as by counts.
+
+    urllib3 asks :meth:`increment` before every retry and :meth:`sleep` for
+    the pause before it: no retry once too little time is left, and no pause
+    beyond what is left.
+    """
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def new(self, **kw: Any) -> _DeadlineRetry:
+        return super().new(deadline=self.deadline, **kw)
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+        retry = super().increment(method, url, response, error, _pool, _stacktrace)  # raises when out of retries
+        left = self.deadline - time.monotonic()
+        asked = self._asked(response)
+        if left < SHORTEST_ATTEMPT or (asked is not None and asked > left - SHORTEST_ATTEMPT):
+            raise MaxRetryError(_pool, url, error or ResponseError(f"no time left to retry a {response.status}"))
+        return retry
+
+    def sleep(self, response=None) -> None:
+        asked = self._asked(response)
+        pause = asked if asked else self.get_backoff_time()
+        pause = min(pause, self.deadline - time.monotonic() - SHORTEST_ATTEMPT)
+        if pause > 0:
+            time.sleep(pause)
+
+    def _asked(self, response) -> float | None:
+        """The pause a Retry-After asks for (cut to retry_after_max), if any and if honoured."""
+        if response is None or not self.respect_retry_after_header:
+            return None
+        try:
+            return self.get_retry_after(response)
+        except HTTPError:  # an unreadable Retry-After: the backoff applies
+            return None
+
+
+class _DeadlineTimeout(urllib3.Timeout):
+    """Per-attempt timeouts that never reach past ``deadline``: urllib3 clones this for each attempt."""
+
+    def __init__(self, deadline: float, *, connect: float, read: float) -> None:
+        super().__init__(connect=connect, read=read)
+        self.deadline = deadline
+
+    def clone(self) -> urllib3.Timeout:
+        left = max(self.deadline - time.monotonic(), 0.001)
+        return urllib3.Timeout(connect=min(self._connect, left), read=min(self._read, left), total=left)
 
 
 def _is_result(result: Any) -> bool:

@@ -29,6 +29,11 @@ Content-Lengths, ...) never reach Flask: gunicorn answers them itself with an
 HTML page. gunicorn has no hook for that page, so this worker replaces the
 function that writes it, once per worker process, keeping every error the
 services send in the one envelope.
+
+gunicorn joins a header field sent on several lines into one comma-separated
+value and forgets the lines; this worker also wraps the function that builds
+each request's environ, once per worker process, to record which fields came
+on more than one line (:mod:`shared.repeated_headers`).
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ from typing import Any, Self
 
 import gevent
 from gunicorn import glogging, util
+from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.workers.ggevent import GeventWorker
 from psycogreen.gevent import patch_psycopg
 
 from shared.errors import HTTP_CODES, PROBLEM_JSON, TYPE_PREFIX
+from shared.repeated_headers import ENVIRON_KEY as REPEATED_HEADERS
+from shared.repeated_headers import names_repeated
 
 
 def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
@@ -145,6 +153,20 @@ class NextRequestWait:
         gevent.get_hub().loop.run_callback(throw)
 
 
+def _recording_repeated_headers(create: Any) -> Any:
+    """gunicorn's ``wsgi.create``, plus the names of the fields that came on more than one line."""
+
+    def create_recording(req, *args: Any, **kwargs: Any) -> Any:
+        resp, environ = create(req, *args, **kwargs)
+        repeated = names_repeated(req.headers)
+        if repeated:
+            environ[REPEATED_HEADERS] = repeated
+        return resp, environ
+
+    create_recording.records_repeated_headers = True
+    return create_recording
+
+
 class ProblemGeventWorker(GeventWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -157,6 +179,8 @@ class ProblemGeventWorker(GeventWorker):
 
     def init_process(self) -> None:
         util.write_error = write_problem
+        if not getattr(gunicorn_wsgi.create, "records_repeated_headers", False):
+            gunicorn_wsgi.create = _recording_repeated_headers(gunicorn_wsgi.create)
         super().init_process()
 
     def handle(self, listener, client, addr) -> None:

@@ -157,7 +157,7 @@ def _operations_blueprint(
         description="The database does not answer (unavailable)",
     )
     def readyz():
-        """Readiness: 200 when the database answers ``SELECT 1`` within a couple of seconds."""
+        """Readiness: 200 when the database answers `SELECT 1` within a couple of seconds."""
         if readiness.check():
             return {"status": "ok"}
         return database_unavailable_problem()

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.e2e.conftest import cluster_body, wait_for
-from tooling.faultproxy import FaultProxy
+from tooling.faultproxy import Fault, FaultProxy
 from tooling.testing import console_script
 
 
@@ -96,6 +96,82 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
     assert drained_in < 10, f"{drained_in:.1f} s from recovery to all synced"
     assert set(pair.cluster_svc_rows("clusters")) == set(created)
     pair.assert_downstream_matches()
+
+
+# The reconciler tells when cluster_svc fails and when it answers again ---------------------------
+
+
+def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(pair):
+    """The README's outage demo: cluster_svc frozen, a couple of creates go
+    pending, cluster_svc thawed. The reconciler's pushes of those rows only
+    wait (a frozen process accepts connections and answers nothing), then are
+    served once it thaws; the reconciler still tells both moments."""
+    frozen = pair.cluster_svc.process.pid
+    with pair.reconciler() as reconciler:
+        os.killpg(frozen, signal.SIGSTOP)
+        try:
+            create_pending(pair, 2)
+            wait_for(
+                lambda: "cluster_svc does not answer" in reconciler.output(),
+                timeout=30,
+                what="the reconciler noticing the freeze",
+            )
+            assert "cluster_svc answers again" not in reconciler.output()
+        finally:
+            os.killpg(frozen, signal.SIGCONT)
+        wait_for(
+            lambda: "cluster_svc answers again" in reconciler.output(),
+            timeout=30,
+            what="the reconciler noticing cluster_svc back",
+        )
+        wait_for(pair.all_synced, timeout=30, what="every row synced after the freeze")
+        output = reconciler.output()
+
+    assert output.count("cluster_svc does not answer") == output.count("cluster_svc answers again") == 1, output
+    pair.assert_downstream_matches()
+
+
+def test_a_lone_row_failing_among_healthy_ones_is_not_an_outage(pair):
+    """One row's pushes fail (the proxy resets every request about it) while
+    cluster_svc serves everything else: nothing about cluster_svc is logged,
+    however often that row fails."""
+    pair.stop_cluster_svc()
+    unlucky, *others = create_pending(pair, 6)
+    pair.restart_cluster_svc()
+
+    with FaultProxy(pair.cluster_svc.url) as proxy:
+        proxy.add_rule(Fault.RESET, object_id=unlucky, times=None)
+        env = {"CLUSTER_SVC_URL": proxy.url}
+        with pair.reconciler("--max-backoff", "0.5", "--batch", "1", env=env) as reconciler:
+            wait_for(
+                lambda: all(states(pair)[object_id] == "synced" for object_id in others),
+                timeout=30,
+                what="the other rows synced",
+            )
+            wait_for(
+                lambda: pair.platform_rows("clusters")[unlucky]["attempts"] >= 6,
+                timeout=60,
+                what="six failed pushes of the unlucky row",
+            )
+            new = create_pending_or_synced(pair, 3)  # more healthy work meanwhile
+            wait_for(
+                lambda: all(states(pair)[object_id] == "synced" for object_id in new),
+                timeout=30,
+                what="the new rows synced",
+            )
+            proxy.clear_rules()
+            wait_for(pair.all_synced, timeout=30, what="the unlucky row synced once the proxy lets it through")
+            output = reconciler.output()
+
+    assert "cluster_svc does not answer" not in output, output
+    assert "cluster_svc answers again" not in output, output
+    pair.assert_downstream_matches()
+
+
+def create_pending_or_synced(pair, count: int) -> list[str]:
+    return [
+        pair.api("POST", "/v1/clusters", json=cluster_body(name=f"more-{n}")).json()["id"] for n in range(count)
+    ]
 
 
 # A slow push holds only its own row ----------------------------------------------------------
@@ -209,6 +285,34 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     assert statistics.median(create_times) < 0.2, create_times
     assert sum(t > 0.5 for t in create_times) <= probes, create_times
     assert max(get_times) < 0.5, get_times
+    assert pair.cli("reconcile", "--once").returncode == 0
+    pair.assert_downstream_matches()
+
+
+def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_second_and_a_half(pair):
+    """Before any worker's breaker has opened, each create waits on the frozen
+    service for the inline push's whole budget: about a second, not the ~3.3 s
+    of three read timeouts and two pauses."""
+    frozen = pair.cluster_svc.process.pid
+    os.killpg(frozen, signal.SIGSTOP)
+    try:
+
+        def create(n):
+            started = time.monotonic()
+            response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
+            return response, time.monotonic() - started
+
+        # 2 workers, 3 failures each to open their breakers: 8 at once, then 4 more, reach them all.
+        with ThreadPoolExecutor(8) as pool:
+            answered = list(pool.map(create, range(8)))
+        answered += [create(n) for n in range(8, 12)]
+    finally:
+        os.killpg(frozen, signal.SIGCONT)
+
+    for response, elapsed in answered:
+        assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
+        assert elapsed < 1.5, [round(t, 2) for _, t in answered]
+    assert sum(elapsed > 0.8 for _, elapsed in answered) >= 2  # the frozen service was waited for, once per worker at least
     assert pair.cli("reconcile", "--once").returncode == 0
     pair.assert_downstream_matches()
 

@@ -269,6 +269,19 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
 # The long-running reconciler ------------------------------------------------------
 
 
+def test_reconcile_once_prints_one_clean_line_whether_or_not_it_pushed(pair):
+    pair.stop_cluster_svc()
+    pending = [pair.api("POST", "/v1/clusters", json=cluster_body(name=f"db-{n}")).json() for n in range(2)]
+    assert {row["sync_state"] for row in pending} == {"pending"}
+    pair.restart_cluster_svc()
+
+    pushed = pair.cli("reconcile", "--once")
+    nothing = pair.cli("reconcile", "--once")  # everything is synced now
+
+    assert (pushed.returncode, pushed.stdout) == (0, "pushed 2 rows: 2 synced\n"), pushed.stderr
+    assert (nothing.returncode, nothing.stdout) == (0, "pushed 0 rows\n"), nothing.stderr
+
+
 def test_the_running_reconciler_pushes_new_work_and_stops_on_sigterm(pair):
     pair.stop_cluster_svc()
     pending = pair.api("POST", "/v1/clusters", json=cluster_body()).json()

@@ -6,6 +6,7 @@ finishes the work.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -495,4 +496,41 @@ def test_a_push_served_after_consecutive_failures_wakes_rows_in_backoff(
 
     watch.observe(served)
 
+    assert due_now(platform_engine, "clusters", object_id)
+
+
+def test_failed_pushes_that_served_probes_contradict_are_one_rows_trouble_not_an_outage(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher, caplog
+):
+    """Each failure makes the next check probe; cluster_svc serves the probe, so
+    the row's failures never add up to an outage, however many in a row."""
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+    watch = RecoveryWatch(live_pusher, suspect=False)
+    failed = Answer(Outcome.TRANSIENT, 500, {}, "POST /v1/clusters: 500")
+    served = Answer(Outcome.DONE, 201, {}, "POST /v1/clusters: 201")
+
+    with caplog.at_level("INFO", logger="platform_svc.reconciler"):
+        for _ in range(5):
+            watch.observe(failed)
+            assert watch.check() == 0
+        watch.observe(served)
+
+    assert not due_now(platform_engine, "clusters", object_id)
+    assert "cluster_svc" not in caplog.text
+
+
+def test_a_failed_probe_after_a_failed_push_is_an_outage_and_the_next_served_push_ends_it(
+    offline_client, platform_database, platform_engine, dead_pusher, live_pusher, caplog
+):
+    object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
+    down = RecoveryWatch(dead_pusher(RetryPolicy()), suspect=False)
+
+    with caplog.at_level("INFO", logger="platform_svc.reconciler"):
+        down.observe(Answer(Outcome.TRANSIENT, None, None, "POST /v1/clusters: timed out"))
+        assert down.check() == 0  # the probe fails too: cluster_svc is down
+        assert "cluster_svc does not answer" in caplog.text
+        down.pusher = live_pusher  # cluster_svc is back
+        down.observe(Answer(Outcome.DONE, 201, {}, "POST /v1/clusters: 201"))
+
+    assert re.search(r"cluster_svc answers again: [1-9][0-9]* rows waiting on a backoff are due now", caplog.text)
     assert due_now(platform_engine, "clusters", object_id)

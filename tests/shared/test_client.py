@@ -673,6 +673,65 @@ def test_a_server_that_never_answers_cannot_hold_the_caller(make_client, silent_
     assert 0.8 <= elapsed < 3 * 0.3 + 0.1 + 1.5
 
 
+# A budget for the whole call: the inline push's (platform_svc's INLINE_POLICY).
+BUDGET = ClientPolicy(
+    connect_timeout=0.5, read_timeout=1.0, retries=2, backoff_factor=0.1, backoff_max=0.5, total_timeout=1.0
+)
+
+
+def test_a_total_timeout_bounds_a_call_to_a_server_that_never_answers(make_client, silent_port):
+    """A frozen cluster_svc: the kernel accepts, nobody answers. Without a total,
+    three read timeouts and two pauses (over 3 s); with it, about one second."""
+    client = make_client(BUDGET, base_url=f"http://127.0.0.1:{silent_port}")
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert (answer.outcome, answer.status) == (Outcome.TRANSIENT, None)
+    assert answer.reason == "POST /clusters: timed out"
+    assert 0.9 <= elapsed < 1.3
+    assert BUDGET.longest_call() == 1.0
+
+
+def test_a_total_timeout_still_leaves_room_for_quick_retries(make_client, server):
+    client = make_client(BUDGET)
+    server.script(drop(), reply(500), reply(201, {"id": "c-1"}))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+
+    assert (answer.outcome, answer.body) == (Outcome.DONE, {"id": "c-1"})
+    assert len(server.requests) == 3
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_total_timeout_cuts_a_retry_short_at_the_time_left(make_client, server):
+    client = make_client(BUDGET)
+    server.script(drop(), reply(201, {"late": True}, delay=3.0))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert (answer.outcome, answer.reason) == (Outcome.TRANSIENT, "POST /clusters: timed out")
+    assert len(server.requests) == 2  # the retry went, and was given what was left of the second
+    assert 0.9 <= elapsed < 1.3
+
+
+def test_a_retry_after_longer_than_the_time_left_is_not_waited_for(make_client, server):
+    client = make_client(BUDGET)
+    server.script(reply(503, {"code": "busy"}, headers={"Retry-After": "5"}), reply(201, {"id": "c-1"}))
+
+    started = time.monotonic()
+    answer = client.create("/clusters", {"id": "c-1"})
+    elapsed = time.monotonic() - started
+
+    assert (answer.outcome, answer.status) == (Outcome.TRANSIENT, 503)  # the last answer, as it came
+    assert len(server.requests) == 1
+    assert elapsed < 0.5
+
+
 def test_the_default_policy_always_sets_both_timeouts():
     policy = ClientPolicy()
     assert 0 < policy.connect_timeout <= 10

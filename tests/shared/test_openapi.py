@@ -166,3 +166,22 @@ def test_docs_load_swagger_ui_from_the_service_itself(app):
         assert answer.status_code == 200, asset
         assert len(answer.get_data()) > 1000
         answer.close()
+
+
+def texts(node, key=None):
+    """Every (key, string) pair in the document, wherever it sits."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from texts(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            yield from texts(value, key)
+    elif isinstance(node, str):
+        yield key, node
+
+
+def test_descriptions_are_commonmark_with_no_rst_double_backticks(spec):
+    """Swagger UI renders descriptions and summaries as CommonMark: ``x`` would show its backticks."""
+    prose = [text for key, text in texts(spec) if key in ("description", "summary")]
+    assert prose
+    assert [text for text in prose if "``" in text] == []

@@ -1,0 +1,56 @@
+"""The Makefile's install steps, as `make -n` shows them on a fresh clone (no .venv yet).
+
+`make run` needs the services, the embedded PostgreSQL and honcho, not the test
+tools; `make test` needs those too.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# As from a terminal, also when these tests run under `make test` (no sub-make).
+MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
+
+
+def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> str:
+    """The commands `make -n TARGET` would run in a fresh copy of the Makefile and its inputs."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "setup.cfg", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for stamp in installed:  # made after the inputs, so up to date
+        (tmp_path / ".venv").mkdir(exist_ok=True)
+        (tmp_path / ".venv" / stamp).touch()
+    environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
+    result = subprocess.run(
+        ["make", "-n", target], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_make_run_installs_the_runtime_and_its_runners_but_not_the_test_extras(tmp_path):
+    commands = planned("run", tmp_path)
+
+    assert "-m venv .venv" in commands
+    assert "pip install --quiet -e '.[dev]'" in commands
+    assert "[test]" not in commands
+    assert commands.rstrip().endswith(".venv/bin/python -m tooling.devrun")
+
+
+def test_make_test_installs_the_test_extras_on_a_fresh_clone(tmp_path):
+    commands = planned("test", tmp_path)
+
+    assert commands.index("-e '.[dev]'") < commands.index("-e '.[test]'") < commands.index("-m pytest")
+
+
+def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
+    commands = planned("test", tmp_path, installed=(".installed",))
+
+    assert "-m venv" not in commands and "[dev]" not in commands
+    assert "pip install --quiet -e '.[test]'" in commands
