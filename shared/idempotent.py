@@ -415,13 +415,15 @@ def mark_deleted(
     An ID never seen gets a tombstone as well, so a create that was delayed in
     the network behind this delete still finds the ID deleted; unless the ID
     is older than the horizon: no create of it can come any more, and nothing
-    is recorded.
+    is recorded. Under a deleted parent the object is gone with its parent
+    (``already_deleted``, 410), and its own tombstone is recorded all the
+    same: whoever checks that every deleted ID holds one (platform_svc's
+    drift repair re-sends a delete it finds missing) finds it.
 
     :raise NotFound: the object belongs to another parent, or its parent does
         not exist (a tombstone needs an existing parent).
     :raise IdExpired: no row has the ID, which is older than the horizon
         (or the parent has none, and its ID is).
-    :raise Gone: its parent was deleted (and with it, everything under it).
     """
     table = resource.table
     if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
@@ -430,12 +432,11 @@ def mark_deleted(
         # Never inserted: the row, if there is one, decides (410 gone), else 410 id_expired.
         _read(db_session, resource, object_id, scope, horizon)
         return Deletion.ALREADY_DELETED
-    if resource.parent is not None:
-        _require_live_parent(db_session, resource, scope, horizon)
+    parent_gone = resource.parent is not None and _parent_deleted(db_session, resource, scope, horizon)
     tombstone = {"id": object_id, **(scope or {}), "deleted_at": func.now()}
     stmt = insert(table).values(**tombstone).on_conflict_do_nothing(index_elements=[table.c.id]).returning(table.c.id)
     if db_session.execute(stmt).first() is not None:
-        return Deletion.NEVER_SEEN
+        return Deletion.ALREADY_DELETED if parent_gone else Deletion.NEVER_SEEN
     # The ID exists: deleted already, under another parent, or created by a
     # request that committed between our UPDATE and INSERT. Lock it and decide.
     row = _read(db_session, resource, object_id, scope, horizon, for_update=True)
@@ -540,6 +541,15 @@ def _require_live_parent(
     :raise NotFound: no such parent (there). :raise IdExpired: none, and its ID is
         older than the horizon. :raise Gone: the parent was deleted.
     """
+    if _parent_deleted(db_session, resource, scope, horizon):
+        raise Gone(f"{resource.parent.describe(scope[resource.parent_column])} was deleted.")
+
+
+def _parent_deleted(db_session: Connection, resource: Resource, scope: Mapping[str, Any], horizon: Horizon) -> bool:
+    """Whether the parent ``scope`` names (under the ancestors it names) is a tombstone.
+
+    :raise NotFound: no such parent (there). :raise IdExpired: none, and its ID is older than the horizon.
+    """
     parent = resource.parent
     parent_id = scope[resource.parent_column]
     where = [parent.table.c.id == parent_id, *_scope_clauses(parent.table, _within(parent, scope))]
@@ -548,8 +558,7 @@ def _require_live_parent(
         raise IdExpired(horizon.refusal(parent.describe(parent_id)))
     if deleted_at is None:
         raise NotFound(f"{parent.describe(parent_id)} does not exist.")
-    if deleted_at[0] is not None:
-        raise Gone(f"{parent.describe(parent_id)} was deleted.")
+    return deleted_at[0] is not None
 
 
 def _within(resource: Resource, scope: Mapping[str, Any]) -> dict[str, Any]:
