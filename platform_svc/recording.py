@@ -10,7 +10,12 @@ two rules:
 - the lease is released only if it is still ours: a push that outlived it
   must not free a row another pusher has claimed since;
 - ``synced_generation`` only moves forward (``greatest``), so a late answer
-  cannot undo a newer one.
+  cannot undo a newer one;
+- only a state the push itself set is confirmed: an answer showing cluster_svc
+  *ahead* (a higher generation, or the same one with other fields:
+  :func:`platform_svc.content.ahead`) moves the row's generation past
+  cluster_svc's and leaves it due at once, so the platform's fields go down
+  again above it.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import RowMapping
 
+from platform_svc.content import ahead
 from shared.client import Answer, Outcome
 from shared.registry import Resource
 
@@ -47,6 +53,7 @@ FAILED_UNLESS_DELETED = "failed_unless_deleted"  # a refused create/update: fine
 DUE_NOW = "due_now"  # an inline push's transient failure: the reconciler takes it at once
 RETRY_LATER = "retry_later"  # a reconciler push's transient failure: back off
 RELEASED = "released"  # not pushed at all: only the lease goes back
+AHEAD = "ahead"  # answered with a state the push did not set: move past it, push again at once
 
 
 @dataclass(frozen=True)
@@ -77,17 +84,26 @@ class Change:
     confirmed: int | None = None  # CONFIRMED: the generation cluster_svc holds
     attempts: int | None = None  # RETRY_LATER: transient failures so far
     delay: timedelta | None = None  # RETRY_LATER: until the next try
+    reason: str | None = None  # instead of the answer's own
 
 
-def change_for(row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
+def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
     """The change ``answer`` makes to ``row``.
 
     An inline push is a bonus attempt: its transient failure leaves the row due
-    at once for the reconciler, without spending one of its attempts.
+    at once for the reconciler, without spending one of its attempts. An
+    answer showing cluster_svc ahead of what was pushed confirms nothing.
     """
     if answer.outcome is Outcome.DONE:
         if row["deleted_at"] is not None:
             return Change(DELETE_CONFIRMED)
+        theirs = ahead(resource, row, answer.body, answer.operation)
+        if theirs is not None:
+            reason = (
+                f"ahead: cluster_svc holds generation {theirs} with fields this push did not set;"
+                f" pushing the platform's fields again at generation {max(row['generation'], theirs + 1)}"
+            )
+            return Change(AHEAD, confirmed=theirs, reason=reason)
         return Change(CONFIRMED, confirmed=(answer.body or {}).get("generation", row["generation"]))
     if answer.outcome is Outcome.PERMANENT:
         # A create or update refused because the row was deleted meanwhile (a
@@ -105,9 +121,9 @@ def record(
     *, db_session: Connection, resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
 ) -> RowMapping:
     """Store the outcome of one push and release the lease; return the new row."""
-    change = change_for(row, answer, retry, inline=inline)
-    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": answer.reason}
-    if change.kind == CONFIRMED:
+    change = change_for(resource, row, answer, retry, inline=inline)
+    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": change.reason or answer.reason}
+    if change.kind in (CONFIRMED, AHEAD):
         params["b_confirmed"] = change.confirmed
     elif change.kind == RETRY_LATER:
         params["b_attempts"], params["b_delay"] = change.attempts, change.delay
@@ -128,7 +144,7 @@ def record_many(
     order of ``rows``.
     """
     changes = [
-        Change(RELEASED) if answer is None else change_for(row, answer, retry, inline=False)
+        Change(RELEASED) if answer is None else change_for(resource, row, answer, retry, inline=False)
         for row, answer in zip(rows, answers, strict=True)
     ]
     params = {
@@ -136,7 +152,9 @@ def record_many(
         "leases": [row["lease_until"] for row in rows],
         "changes": [change.kind for change in changes],
         "confirmed": [change.confirmed for change in changes],
-        "reasons": [None if answer is None else answer.reason for answer in answers],
+        "reasons": [
+            None if answer is None else change.reason or answer.reason for change, answer in zip(changes, answers)
+        ],
         "attempts": [change.attempts for change in changes],
         "delays": [change.delay for change in changes],
     }
@@ -171,6 +189,14 @@ def _record_statement(table: Table, change: str) -> Any:
         values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
     elif change == DUE_NOW:
         values.update(sync_error=reason, next_attempt_at=now)
+    elif change == AHEAD:
+        theirs = bindparam("b_confirmed", type_=Integer())
+        values.update(
+            sync_error=reason,
+            next_attempt_at=now,
+            generation=func.greatest(table.c.generation, theirs + 1),
+            synced_generation=func.least(table.c.synced_generation, theirs),
+        )
     elif change == RETRY_LATER:
         values.update(
             sync_error=reason,
@@ -213,10 +239,13 @@ def _record_many_statement(table: Table) -> Any:
         "synced_at": case((done, now), else_=t.synced_at),
         "delete_synced_at": case((o.change == DELETE_CONFIRMED, now), else_=t.delete_synced_at),
         "synced_generation": case(
-            (o.change == CONFIRMED, func.greatest(t.synced_generation, o.confirmed)), else_=t.synced_generation
+            (o.change == CONFIRMED, func.greatest(t.synced_generation, o.confirmed)),
+            (o.change == AHEAD, func.least(t.synced_generation, o.confirmed)),
+            else_=t.synced_generation,
         ),
+        "generation": case((o.change == AHEAD, func.greatest(t.generation, o.confirmed + 1)), else_=t.generation),
         "next_attempt_at": case(
-            (o.change == DUE_NOW, now), (o.change == RETRY_LATER, now + o.delay), else_=t.next_attempt_at
+            (o.change.in_((DUE_NOW, AHEAD)), now), (o.change == RETRY_LATER, now + o.delay), else_=t.next_attempt_at
         ),
     }
     return update(table).where(t.id == o.id).values(values).returning(*table.c)

@@ -27,7 +27,6 @@ reconciler claims. The rules that keep it safe:
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,22 +38,17 @@ from sqlalchemy import Connection, Table, and_, case, exists, func, not_, or_, s
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.breaker import CircuitBreaker
+from platform_svc.content import ahead, create_body, update_body
 from platform_svc.recording import RetryPolicy, record, record_many, release_many
 from platform_svc.resources import RESOURCES
 from shared import config
 from shared.client import Answer, InternalClient, Outcome
-from shared.counters import count_push
+from shared.counters import count_push, count_repair
 from shared.db import Database
 from shared.errors import database_unavailable, describe_database_error
 from shared.registry import Resource
 
 log = logging.getLogger(__name__)
-
-# What goes down is derived from the resource's public schemas: a create sends
-# the create body's fields with the ones the platform owns (``id``,
-# ``generation``, and a root object's account as ``team_id``); an update the
-# mutable fields (the PATCH body's) with the wanted generation.
-OWNER = "team_id"  # cluster_svc's name for the account that owns a root object
 
 
 def collection_url(resource: Resource, row: RowMapping) -> str:
@@ -64,23 +58,6 @@ def collection_url(resource: Resource, row: RowMapping) -> str:
 
 def item_url(resource: Resource, row: RowMapping) -> str:
     return f"/v1{resource.item_path(row)}"
-
-
-def create_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
-    body = {"id": str(row["id"]), **_dumper(resource, "create").dump(row), "generation": row["generation"]}
-    if resource.parent is None:
-        body[OWNER] = str(row["account_id"])
-    return body
-
-
-def update_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
-    return {"generation": row["generation"], **_dumper(resource, "patch").dump(row)}
-
-
-@functools.lru_cache(maxsize=None)
-def _dumper(resource: Resource, role: str) -> Any:
-    """The public output schema, limited to the fields of the ``role`` body (values as JSON wants them)."""
-    return resource.schemas["out"](only=tuple(resource.schemas[role]().fields))
 
 
 # A row pending longer than this (since its last public write) is *stalled*:
@@ -340,6 +317,11 @@ class Pusher:
         count_push(resource.label, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
+        elif row["deleted_at"] is None and (theirs := ahead(resource, row, answer.body, answer.operation)) is not None:
+            # Recorded as such (platform_svc.recording): not confirmed, pushed again above cluster_svc's generation.
+            count_repair(resource.label, "ahead")
+            log.warning("push of %s %s: cluster_svc is ahead (generation %d there, %d sent, or other fields);"
+                        " pushing the platform's fields again", resource.words, row["id"], theirs, row["generation"])
         if self.observe is not None:
             self.observe(answer)
 

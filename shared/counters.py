@@ -17,7 +17,7 @@ UPDATE_OUTCOMES = ("applied", "stale")
 DELETE_OUTCOMES = ("deleted", "already_deleted", "never_seen")
 PUSH_OPERATIONS = ("create", "update", "delete")
 PUSH_OUTCOMES = ("done", "transient", "permanent")
-REPAIR_FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
+REPAIR_FINDINGS = ("missing", "behind", "ahead", "diverged", "undeleted", "deleted_downstream", "orphan")
 
 # The values each metric's labels after ``resource`` may take: a typo must
 # fail loudly in tests rather than start a series no dashboard shows.
@@ -50,7 +50,8 @@ def count_push(resource: str, operation: Any, outcome: Any) -> None:
 
 
 def count_repair(resource: str, finding: str) -> None:
-    """One drift finding of a repair pass (see REPAIR_FINDINGS)."""
+    """One drift finding (see REPAIR_FINDINGS): of a repair pass, or (``ahead``) of a push whose
+    answer showed cluster_svc holding a state the push did not set."""
     _count("SYNC_REPAIRS", resource, finding)
 
 
