@@ -14,7 +14,19 @@ route. The findings (``sync_repairs_total``'s ``finding`` label):
   is pushed again, which records the tombstone that keeps the ID taken.
 - ``behind``: cluster_svc's generation is lower than the one confirmed here:
   ``synced_generation`` goes back to cluster_svc's, so the update is pushed.
+- ``ahead``: cluster_svc's generation is above the platform's (the platform's
+  database restored from an older backup, a hand edit): the platform owns the
+  fields, so its generation moves past cluster_svc's and its fields are
+  pushed there, and later updates apply again.
+- ``diverged``: the same generation, other fields (compared: every field the
+  platform pushes, immutable ones too, as :mod:`platform_svc.content` derives
+  them from the schemas). Mutable ones: pushed again at a higher generation.
+  An immutable one no update can change: the row is marked ``failed``, naming
+  the fields, for a person to decide.
 - ``undeleted``: deleted and confirmed here, alive there: the delete is pushed again.
+  A deleted object's tombstone is checked whatever became of its parent (a
+  rule's tombstone under a deleted cluster too): ``missing`` re-sends the
+  delete, which records the tombstone again.
 - ``deleted_downstream``: alive here, a tombstone there. IDs are never reused,
   so it cannot be re-created: the row is marked ``failed``, saying so.
 - ``orphan``: a live object there, unknown here, of a team that is one of the
@@ -44,21 +56,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from platform_svc import content
 from platform_svc.models import Account
 from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
-from shared.counters import count_repair
+from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.registry import Resource
 
 log = logging.getLogger(__name__)
 
-FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
+FINDINGS = REPAIR_FINDINGS
 PAGE_SIZE = 500  # the most cluster_svc's listing answers at once
 
 DELETED_DOWNSTREAM = (
@@ -76,9 +89,10 @@ class Finding:
     resource: str  # a resource's label (its registry key)
     finding: str  # one of FINDINGS
     object_id: uuid.UUID
+    detail: str = ""  # the fields that differ (diverged), or cluster_svc's generation (ahead)
 
     def __str__(self) -> str:
-        return f"{self.finding} {self.resource} {self.object_id}"
+        return f"{self.finding} {self.resource} {self.object_id}" + (f" ({self.detail})" if self.detail else "")
 
 
 @dataclass
@@ -113,9 +127,10 @@ class Downstream:
     cannot look like drift.
     """
 
-    def __init__(self, client: InternalClient, listing: str, page_size: int) -> None:
+    def __init__(self, client: InternalClient, resource: Resource, page_size: int) -> None:
         self.client = client
-        self.listing = listing
+        self.listing = listing(resource)
+        self.owned = content.owned(resource)
         self.page_size = page_size
         self.position: uuid.UUID | None = None
 
@@ -151,6 +166,7 @@ class Downstream:
                     "generation": item["generation"],
                     "alive": item["deleted_at"] is None,
                     "team_id": uuid.UUID(team_id) if team_id else None,
+                    "fields": {name: value for name, value in item.items() if name in self.owned},
                 }
             )
         next_after = answer.body.get("next_after")
@@ -163,24 +179,17 @@ class Downstream:
 def read_page(
     *, db_session: Connection, resource: Resource, after: uuid.UUID | None, limit: int
 ) -> Sequence[RowMapping]:
-    """The next ``limit`` rows in id order, with what judging them needs.
+    """The next ``limit`` rows in id order, with what judging them needs (every column: the fields too).
 
-    ``parent_settled`` (children): the parent is alive and synced here, so
-    cluster_svc must hold the child's own row, tombstone or not.
+    ``parent_settled`` (children): the parent is synced here (alive and
+    confirmed, or deleted and its delete confirmed), so cluster_svc must hold
+    the child's own row, tombstone or not.
     """
     table = resource.table
-    columns = [
-        table.c.id,
-        table.c.generation,
-        table.c.synced_generation,
-        table.c.deleted_at,
-        table.c.delete_synced_at,
-        table.c.sync_state,
-    ]
-    stmt = select(*columns)
+    stmt = select(*table.c)
     if resource.parent is not None:
         parent = resource.parent.table
-        settled = and_(parent.c.deleted_at.is_(None), parent.c.sync_state == "synced")
+        settled = parent.c.sync_state == "synced"
         stmt = stmt.add_columns(settled.label("parent_settled")).join(
             parent, parent.c.id == table.c[resource.parent_column]
         )
@@ -189,11 +198,15 @@ def read_page(
     return db_session.execute(stmt.order_by(table.c.id).limit(limit)).mappings().all()
 
 
-def judge(row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon = Horizon()) -> str | None:
+def judge(
+    row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon = Horizon(), *, resource: Resource | None = None
+) -> str | None:
     """The finding for one platform row and cluster_svc's copy of it, if any.
 
-    A deleted object whose ID is past the horizon may have been purged by
-    cluster_svc: its tombstone missing there is the bound holding, not drift.
+    Generations first (``behind``, ``ahead``), then, with ``resource``, the
+    content at the same generation (``diverged``). A deleted object whose ID
+    is past the horizon may have been purged by cluster_svc: its tombstone
+    missing there is the bound holding, not drift.
     """
     if row["sync_state"] != "synced":
         return None
@@ -202,11 +215,16 @@ def judge(row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon = Hor
             return "missing"
         if not theirs["alive"]:
             return "deleted_downstream"
-        return "behind" if theirs["generation"] < row["generation"] else None
+        if theirs["generation"] != row["generation"]:
+            return "behind" if theirs["generation"] < row["generation"] else "ahead"
+        if resource is not None and content.differing(content.fields(resource, row), theirs["fields"]):
+            return "diverged"
+        return None
     if theirs is None:
-        # A child of a deleted parent needs no row of its own: the parent's
-        # tombstone answers for it. Under a parent not settled yet (one this
-        # pass just put back in line, say), it is judged on a later pass.
+        # Every deleted object needs its tombstone there, a child of a deleted
+        # parent too: re-sending its delete records it. Under a parent not
+        # settled yet (one this pass just put back in line, say), it is judged
+        # on a later pass, once the parent's own row is back.
         if horizon.expired(row["id"]):
             return None  # purged there (or purgeable): no create of it can come any more
         return "missing" if row.get("parent_settled", True) else None
@@ -237,6 +255,10 @@ def requeue(
     if dry_run:
         return db_session.execute(select(table.c.id).where(*unchanged)).first() is not None
     again = {"attempts": 0, "next_attempt_at": func.now(), "lease_until": None}
+    if finding in ("ahead", "diverged"):
+        changes = _past_theirs(resource, row, finding, theirs)
+        changed = db_session.execute(update(table).where(*unchanged).values(changes).returning(table.c.id)).first()
+        return changed is not None
     changes = {
         "missing": (
             {"synced_generation": 0, **again, "sync_error": "repair: cluster_svc had lost it; creating it again"}
@@ -253,6 +275,37 @@ def requeue(
     }[finding]
     changed = db_session.execute(update(table).where(*unchanged).values(changes).returning(table.c.id)).first()
     return changed is not None
+
+
+def differing_fields(resource: Resource, row: RowMapping, theirs: dict[str, Any]) -> list[str]:
+    """The fields the platform owns that cluster_svc's copy spells otherwise."""
+    return content.differing(content.fields(resource, row), theirs["fields"])
+
+
+def _past_theirs(resource: Resource, row: RowMapping, finding: str, theirs: dict[str, Any]) -> dict[str, Any]:
+    """The change for ``ahead`` and ``diverged``: the platform's generation moves past cluster_svc's,
+    so the pusher sends its fields there; or, for an immutable field that differs, ``failed``."""
+    generation = theirs["generation"]
+    if finding == "diverged":
+        fixed = sorted(set(differing_fields(resource, row, theirs)) - content.mutable(resource))
+        if fixed:
+            return {
+                "sync_failed_at": func.now(),
+                "sync_error": f"diverged: cluster_svc holds another {', '.join(fixed)} at generation {generation};"
+                " no update can change it, so a person decides",
+            }
+    why = (
+        f"cluster_svc was ahead (generation {generation})" if finding == "ahead"
+        else f"cluster_svc held other fields at generation {generation}"
+    )
+    return {
+        "generation": generation + 1,
+        "synced_generation": generation,
+        "attempts": 0,
+        "next_attempt_at": func.now(),
+        "lease_until": None,
+        "sync_error": f"repair: {why}; pushing the platform's fields at generation {generation + 1}",
+    }
 
 
 def orphans(
@@ -316,7 +369,7 @@ class Repairer:
         on_finding: Callable[[Finding], None],
         stop: threading.Event,
     ) -> None:
-        downstream = Downstream(self.client, listing(resource), self.page_size)
+        downstream = Downstream(self.client, resource, self.page_size)
         after: uuid.UUID | None = None
         while not stop.is_set():
             with self.database.begin() as db_session:
@@ -327,11 +380,11 @@ class Repairer:
             judged = []
             for row in rows:
                 other = theirs.pop(row["id"], None)  # what is left over is unknown to this page
-                judged.append((row, other, judge(row, other, self.horizon)))
+                judged.append((row, other, judge(row, other, self.horizon, resource=resource)))
             report.compared[resource.label] += sum(row["sync_state"] == "synced" for row in rows)
             with self.database.begin() as db_session:
                 found = [
-                    Finding(resource.label, finding, row["id"])
+                    Finding(resource.label, finding, row["id"], _detail(resource, row, finding, other))
                     for row, other, finding in judged
                     if finding is not None
                     and requeue(
@@ -355,6 +408,14 @@ class Repairer:
             if last_page:
                 return
             after = rows[-1]["id"]
+
+
+def _detail(resource: Resource, row: RowMapping, finding: str, theirs: dict[str, Any] | None) -> str:
+    if finding == "diverged":
+        return ", ".join(differing_fields(resource, row, theirs))
+    if finding == "ahead":
+        return f"generation {theirs['generation']} there, {row['generation']} here"
+    return ""
 
 
 # The PostgreSQL advisory lock whose holder runs the periodic passes (any

@@ -149,7 +149,7 @@ def test_repair_puts_back_what_cluster_svc_lost_and_the_reconciler_restores_it_e
 
     lines, summary = findings(real)
     assert lines == expected
-    assert summary.startswith("repair: 5 missing, 2 behind, 1 undeleted, 1 deleted_downstream, 1 orphan;"), summary
+    assert summary.startswith("repair: 5 missing, 2 behind, 0 ahead, 0 diverged, 1 undeleted, 1 deleted_downstream, 1 orphan;"), summary
     assert "compared 12 objects (7 clusters, 5 firewall_rules)" in summary, summary
     assert snapshot(pair.cluster_engine) == cluster_before  # repair itself never writes to cluster_svc
     reconciled = pair.cli("reconcile", "--once")
