@@ -300,6 +300,8 @@ class Reconciler:
         try:
             with self.watch.pushing():
                 rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
+            if rows is not None:
+                self.pusher.fail_waiting(claim.resource, rows)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
             ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
             _log_failure(f"push of {len(claim.rows)} {claim.resource.words} ({ids})", exc)

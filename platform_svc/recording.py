@@ -16,6 +16,11 @@ two rules:
   :func:`platform_svc.content.ahead`) moves the row's generation past
   cluster_svc's and leaves it due at once, so the platform's fields go down
   again above it.
+
+A row that fails for good while it was never created downstream takes its
+waiting descendants with it (:func:`fail_waiting_descendants`, right after
+its own recording): they can never be pushed, so they fail at once with a
+reason naming it, ``parent_failed: <id> <code>``.
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ DUE_NOW = "due_now"  # an inline push's transient failure: the reconciler takes 
 RETRY_LATER = "retry_later"  # a reconciler push's transient failure: back off
 RELEASED = "released"  # not pushed at all: only the lease goes back
 AHEAD = "ahead"  # answered with a state the push did not set: move past it, push again at once
+PARENT_FAILED = "parent_failed"  # the prefix of a descendant's reason when its ancestor failed
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,65 @@ def record_many(
 def release_many(*, db_session: Connection, resource: Resource, rows: Sequence[RowMapping]) -> list[RowMapping]:
     """Give the leases of unpushed rows back (only where still ours), due as they were."""
     return record_many(db_session=db_session, resource=resource, rows=rows, answers=[None] * len(rows), retry=None)
+
+
+def never_created_and_failed(row: RowMapping) -> bool:
+    """Whether ``row`` failed for good before cluster_svc ever held it: its descendants wait for nothing."""
+    return row["sync_state"] == "failed" and row["synced_generation"] == 0
+
+
+def fail_waiting_descendants(
+    *,
+    db_session: Connection,
+    resource: Resource,
+    ids: Sequence[Any] | None = None,
+    only: tuple[Resource, Any] | None = None,
+) -> int:
+    """Fail the pending, live descendants of ``resource`` rows that were never created downstream and
+    failed for good (of those ``ids``, or of any); with ``only`` (a descendant resource and an ID),
+    just that one row. Return how many failed.
+
+    Such a descendant waits for its ancestor's create to be confirmed, which
+    will never happen: it fails at once, its reason naming the ancestor that
+    failed and why, ``parent_failed: <id> <code>`` (a grandchild's names the
+    same ancestor as its parent's). Each descendant's row names all its
+    ancestors, so each level is one UPDATE joined to the failed rows, which
+    are read through their partial index (few, never a table scan).
+    """
+    parent = resource.table
+    failed = [parent.c.sync_state == "failed", parent.c.synced_generation == 0]
+    if ids is not None:
+        failed.append(parent.c.id.in_(list(ids)))
+    count = 0
+    for descendant in resource.descendants if only is None else [only[0]]:
+        table = descendant.table
+        where = [
+            table.c[resource.id_column] == parent.c.id,
+            table.c.sync_state == "pending",
+            table.c.deleted_at.is_(None),
+            *failed,
+        ]
+        if only is not None:
+            where.append(table.c.id == only[1])
+        stmt = update(table).where(*where).values(
+            sync_failed_at=func.now(), sync_error=_parent_failed(parent), lease_until=None
+        )
+        count += db_session.execute(stmt).rowcount
+    return count
+
+
+def _parent_failed(parent: Table) -> Any:
+    """SQL: the reason a waiting descendant of a failed ``parent`` row gets.
+
+    The code is the problem's (``409 id_conflict``), else the status, from the
+    reason the failed push recorded ("POST /v1/... [item 3]: 409 id_conflict: ...").
+    """
+    error = parent.c.sync_error
+    code = func.coalesce(
+        func.substring(error, r": \d{3} ([a-z][a-z0-9_]*)"), func.substring(error, r": (\d{3})"), "failed"
+    )
+    named = PARENT_FAILED + ": " + cast(parent.c.id, String()) + " " + code
+    return case((error.like(f"{PARENT_FAILED}: %"), error), else_=named)
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,6 +62,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from platform_svc import content
 from platform_svc.models import Account
+from platform_svc.recording import fail_waiting_descendants
 from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
@@ -358,8 +359,19 @@ class Repairer:
         report = Report()
         # Parents first (the registry's order): a child's judgement reads its parent as this pass left it.
         for resource in RESOURCES:
+            if not dry_run and resource.descendants:
+                self._fail_waiting(resource)
             self._walk(resource, report, dry_run, on_finding or (lambda finding: None), stop or threading.Event())
         return report
+
+    def _fail_waiting(self, resource: Resource) -> None:
+        """Descendants still waiting on a row whose create failed for good fail with it (the pusher
+        does this as it records the failure; a pusher that died in between, or rows from before
+        this rule, are caught here)."""
+        with self.database.begin() as db_session:
+            count = fail_waiting_descendants(db_session=db_session, resource=resource)
+        if count:
+            log.info("repair: %d rows waiting on failed %ss failed with them", count, resource.words)
 
     def _walk(
         self,

@@ -22,6 +22,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import Account
+from platform_svc.recording import fail_waiting_descendants
 from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
 from shared.horizon import Horizon
@@ -167,7 +168,7 @@ def create_object(
     }
     conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
     try:
-        return create_or_return(
+        row, created = create_or_return(
             db_session=db_session, resource=resource, values=row_values, horizon=horizon, conflict_on=conflict_on
         )
     except IdConflict:
@@ -175,6 +176,22 @@ def create_object(
             f"Idempotency-Key {idempotency_key!r} was already used with a different request body; "
             "use a new key for a different request.",
         ) from None
+    if created and resource.parent is not None:
+        row = _fail_under_failed_parent(db_session, resource, row)
+    return row, created
+
+
+def _fail_under_failed_parent(db_session: Connection, resource: Resource, row: RowMapping) -> RowMapping:
+    """A new child whose parent's create failed for good can never be pushed: it fails at once,
+    its reason naming the parent (``parent_failed: <id> <code>``).
+
+    The insert held a share lock on the parent row, so the parent cannot fail
+    between this statement and the commit; if it fails after, its failure
+    takes this child along (:func:`platform_svc.recording.fail_waiting_descendants`).
+    """
+    if fail_waiting_descendants(db_session=db_session, resource=resource.parent, only=(resource, row["id"])):
+        return _read(db_session, resource, row["id"])
+    return row
 
 
 @functools.lru_cache(maxsize=8)

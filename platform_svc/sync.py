@@ -39,7 +39,14 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.breaker import CircuitBreaker
 from platform_svc.content import ahead, create_body, update_body
-from platform_svc.recording import RetryPolicy, record, record_many, release_many
+from platform_svc.recording import (
+    RetryPolicy,
+    fail_waiting_descendants,
+    never_created_and_failed,
+    record,
+    record_many,
+    release_many,
+)
 from platform_svc.resources import RESOURCES
 from shared import config
 from shared.client import Answer, InternalClient, Outcome
@@ -271,9 +278,11 @@ class Pusher:
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
             with self.database.begin() as db_session:
-                return record(
+                recorded = record(
                     db_session=db_session, resource=resource, row=row, answer=answer, retry=self.retry, inline=True
                 )
+            self.fail_waiting(resource, [recorded])
+            return recorded
         except Exception as exc:  # noqa: BLE001 (after the commit, nothing may turn into a 5xx)
             if database_unavailable(exc):
                 log.warning("inline push of %s %s: database unavailable (%s)", resource.words, row["id"],
@@ -299,6 +308,18 @@ class Pusher:
         answers = self._push_creates(resource, rows) if len(rows) > 1 else [self._push(resource, rows[0])]
         with self.database.begin() as db_session:
             return record_many(db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry)
+
+    def fail_waiting(self, resource: Resource, recorded: Sequence[RowMapping]) -> int:
+        """Right after recording: the descendants waiting on rows that just failed for good
+        before cluster_svc ever held them fail too (only when there are such rows)."""
+        failed = [row["id"] for row in recorded if never_created_and_failed(row)]
+        if not failed or not resource.descendants:
+            return 0
+        with self.database.begin() as db_session:
+            count = fail_waiting_descendants(db_session=db_session, resource=resource, ids=failed)
+        if count:
+            log.info("%d rows under %d failed %ss failed with them", count, len(failed), resource.words)
+        return count
 
     def _push(self, resource: Resource, row: RowMapping) -> Answer:
         answer = push(self.client, resource, row)

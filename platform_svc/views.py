@@ -86,7 +86,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
         )
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
-    if pushing:
+    if pushing and row["sync_state"] != "failed":  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
     return row, 201, {"Location": created_location(row["id"])}
 
