@@ -34,7 +34,14 @@ from sqlalchemy import text
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import KINDS
-from tests.chaos.harness import Burst, PublicApi, cluster_body, expect, rule_body, run_all
+from tests.chaos.harness import (
+    Burst,
+    PublicApi,
+    cluster_body,
+    expect,
+    rule_body,
+    run_all,
+)
 from tooling import embedded_pg
 
 FINDINGS = ("missing", "behind", "ahead", "diverged", "undeleted", "deleted_downstream", "orphan")

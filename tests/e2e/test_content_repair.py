@@ -20,7 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from tests.e2e.conftest import CLUSTER_FIELDS, RULE_FIELDS, TOKEN, cluster_body, start_pair
+from tests.e2e.conftest import (
+    CLUSTER_FIELDS,
+    RULE_FIELDS,
+    TOKEN,
+    cluster_body,
+    start_pair,
+)
 from tests.e2e.metrics_helpers import scrape, value
 
 CLUSTERS = "/v1/clusters"

@@ -261,5 +261,5 @@ def test_repair_after_purges_on_both_sides_finds_nothing(pg_server_url):
     for result in (first, second):
         assert result.returncode == 0, result.stderr
         [summary] = result.stdout.splitlines()  # no finding line at all
-        assert summary.startswith("repair: 0 missing, 0 behind, 0 undeleted, 0 deleted_downstream, 0 orphan")
+        assert summary.startswith("repair: 0 missing, 0 behind, 0 ahead, 0 diverged, 0 undeleted, 0 deleted_downstream, 0 orphan")
     assert "this reconciler runs the passes" in output and "purge: removed 1 clusters, 2 firewall_rules" in output
