@@ -10,7 +10,7 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import services
+from platform_svc import inline_lease, services
 from platform_svc.schemas import (
     ClusterCreate,
     ClusterOut,
@@ -31,7 +31,7 @@ blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and 
 
 # Long enough for the inline push with its quick retries; if this process dies
 # first, the lease runs out and the reconciler takes over.
-INLINE_LEASE = timedelta(seconds=15)
+INLINE_LEASE = inline_lease()
 NO_LEASE = timedelta(0)
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
