@@ -1,5 +1,7 @@
-"""Fixtures every test package shares: one real PostgreSQL per test run; and
-schemathesis told what the documents' own ``cidr`` format looks like."""
+"""Fixtures every test package shares: one real PostgreSQL per test run (per
+pytest-xdist worker); schemathesis told what the documents' own ``cidr``
+format looks like; and the end of every process log of a failed test's pair
+(:class:`tooling.pair.Pair`) in its report."""
 from __future__ import annotations
 
 import ipaddress
@@ -8,6 +10,7 @@ import pytest
 import schemathesis
 from hypothesis import strategies as st
 
+from tooling.pair import Pair
 from tooling.testing import postgres_server
 
 
@@ -27,3 +30,13 @@ def pg_server_url():
     """A PostgreSQL server (embedded, or TEST_DATABASE_URL) for the whole run."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Pair):
+                report.sections.append((f"process logs of {name}", value.logs()))
+    return report

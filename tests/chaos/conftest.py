@@ -12,9 +12,12 @@ import random
 
 import pytest
 
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tests.chaos.convergence import Figures, install_audit, render
+from tests.chaos.harness import scale_from_env
+from tooling.pair import Pair
 from tooling.testing import fresh_database, own_postgres
-from tests.chaos.convergence import Figures, render
-from tests.chaos.harness import Pair, scale_from_env
 
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**31))
 FIGURES = pytest.StashKey[list[Figures]]()
@@ -37,11 +40,17 @@ def rng(request):
 
 
 def running_pair(request, tmp_path_factory, *, platform_server: str, cluster_server: str):
-    """Both services as processes on fresh databases of these servers, with the fault proxy between them."""
+    """Both services as processes on fresh databases of these servers, with the fault proxy between them.
+
+    cluster_svc's database is audited (see :func:`install_audit`) from the start.
+    """
+    cluster_db_url = fresh_database(cluster_server, "chaos_cluster", migrations=CLUSTER_MIGRATIONS)
+    install_audit(cluster_db_url)
     with Pair(
-        platform_db_url=fresh_database(platform_server, "chaos_platform"),
-        cluster_db_url=fresh_database(cluster_server, "chaos_cluster"),
+        platform_db_url=fresh_database(platform_server, "chaos_platform", migrations=PLATFORM_MIGRATIONS),
+        cluster_db_url=cluster_db_url,
         workdir=tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]),
+        proxy=True,
     ) as pair:
         yield pair
 
@@ -79,9 +88,6 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(
             ("chaos replay", f"CHAOS_SEED={SEED} CHAOS_SCALE={scale_from_env().name} (test {item.nodeid})")
         )
-        pair = item.funcargs.get("pair")
-        if isinstance(pair, Pair):
-            report.sections.append(("chaos process logs", pair.logs()))
     return report
 
 
