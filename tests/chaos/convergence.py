@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -147,6 +148,21 @@ class Figures:
     resurrections: int = 0
     seconds: float = 0.0
     notes: str = ""
+
+    def to_dict(self) -> dict:
+        """Plain values, as a pytest-xdist worker sends them to the controller."""
+        return {**vars(self), "faults": dict(self.faults)}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Figures:
+        return cls(
+            **{**values, "faults": Counter(values["faults"]), "expected": tuple(values["expected"]),
+               "platform": tuple(values["platform"]), "cluster_svc": tuple(values["cluster_svc"])}
+        )
+
+
+# Where the figures of a run's scenarios are kept (pytest's stash of the controller's config).
+FIGURES = pytest.StashKey[list[Figures]]()
 
 
 def scenario_figures(
