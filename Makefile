@@ -13,8 +13,12 @@ TEST_STAMP := $(VENV)/.installed-test
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
 
+# On TEST_WORKERS processes (pytest-xdist; 0: this one only). --dist loadscope keeps a
+# module's tests on one worker: they share its pair, and a chaos module's last test
+# checks the databases every earlier one wrote to.
+TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Reinstall whenever the dependencies change.
 $(STAMP): setup.cfg pyproject.toml

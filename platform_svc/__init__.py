@@ -1,7 +1,9 @@
 """platform_svc: the public service that assigns every ID and pushes objects down."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from flask import Flask
 
@@ -33,6 +35,17 @@ INLINE_POLICY = ClientPolicy(
 )
 
 
+def inline_lease(environ: Mapping[str, str] | None = None) -> timedelta:
+    """How long a public write's row is leased to its inline push: ``INLINE_LEASE_SECONDS``, 15 by default.
+
+    It must outlast the push with its quick retries (``INLINE_POLICY.longest_call()``,
+    6.5 s); if the process dies first, the lease runs out and the reconciler takes over.
+
+    :raise ConfigError: it is set but not a positive number.
+    """
+    return timedelta(seconds=config.seconds("INLINE_LEASE_SECONDS", 15, environ))
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
@@ -45,6 +58,7 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         """:raise ConfigError: a required setting is missing (or one is malformed)."""
+        inline_lease()  # read by views.py when it is imported: a malformed one stops start-up here
         return cls(
             database_url=config.database_url("PLATFORM_DATABASE_URL"),
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),

@@ -115,7 +115,7 @@ def reconcile(
         serve_process_metrics(metrics_port, host)
         click.echo(f"reconciler metrics on http://{host}:{metrics_port}/metrics")
     pusher = Pusher(settings.database(), settings.client(policy), RetryPolicy(max_delay=max_backoff))
-    options = ReconcilerSettings(batch=batch, concurrency=concurrency, longest_push=policy.longest_call())
+    options = ReconcilerSettings.from_env(batch=batch, concurrency=concurrency, longest_push=policy.longest_call())
     if once:
         states = reconcile_once(pusher, options)
         failed = count_failed(pusher)

@@ -22,17 +22,18 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, select
 
 from platform_svc.resources import RESOURCES
 from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
-from shared import request_id
+from shared import config, request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
@@ -54,6 +55,20 @@ class ReconcilerSettings:
     @property
     def lease(self) -> timedelta:
         return timedelta(seconds=self.longest_push + self.lease_margin)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **given: Any) -> ReconcilerSettings:
+        """``given``, and the timings ``RECONCILER_LEASE_MARGIN_SECONDS``, ``RECONCILER_IDLE_SECONDS``
+        and ``RECONCILER_PROBE_SECONDS`` (the defaults above when unset).
+
+        :raise ConfigError: one is set but not a positive number.
+        """
+        timings = {
+            "lease_margin": config.seconds("RECONCILER_LEASE_MARGIN_SECONDS", cls.lease_margin, environ),
+            "idle_interval": config.seconds("RECONCILER_IDLE_SECONDS", cls.idle_interval, environ),
+            "probe_interval": config.seconds("RECONCILER_PROBE_SECONDS", cls.probe_interval, environ),
+        }
+        return cls(**{**timings, **given})
 
 
 class RecoveryWatch:

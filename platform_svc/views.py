@@ -10,7 +10,7 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import services
+from platform_svc import inline_lease, services
 from platform_svc.resources import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, page_of
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
@@ -21,7 +21,7 @@ from shared.registry import Registry, Resource
 
 # Long enough for the inline push with its quick retries; if this process dies
 # first, the lease runs out and the reconciler takes over.
-INLINE_LEASE = timedelta(seconds=15)
+INLINE_LEASE = inline_lease()
 NO_LEASE = timedelta(0)
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",

@@ -76,3 +76,21 @@ def id_horizon_seconds(environ: Mapping[str, str] | None = None) -> int:
     if seconds < 1:
         raise ConfigError(f"{ID_HORIZON_SECONDS} must be a positive number of seconds, got {seconds}")
     return seconds
+
+
+def seconds(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """An optional duration in seconds (a decimal number, more than 0).
+
+    :raise ConfigError: when it is set but not a positive number.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds above 0, got {raw!r}")
+    return value

@@ -1,13 +1,19 @@
-"""Fixtures every test package shares: one real PostgreSQL per test run; and
-schemathesis told what the documents' own ``cidr`` format looks like."""
+"""Fixtures every test package shares: one real PostgreSQL per test run (per
+pytest-xdist worker); schemathesis told what the documents' own ``cidr``
+format looks like; the end of every process log of a failed test's pair
+(:class:`tooling.pair.Pair`) in its report; and the chaos scenarios' seed and
+table of figures, for the whole run whichever worker ran them."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import random
 
 import pytest
 import schemathesis
 from hypothesis import strategies as st
 
+from tooling.pair import Pair
 from tooling.testing import postgres_server
 
 
@@ -27,3 +33,44 @@ def pg_server_url():
     """A PostgreSQL server (embedded, or TEST_DATABASE_URL) for the whole run."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Pair):
+                report.sections.append((f"process logs of {name}", value.logs()))
+    return report
+
+
+def pytest_configure(config):
+    # One seed for the run's chaos scenarios, drawn here (before any pytest-xdist
+    # worker starts, so each inherits it) unless CHAOS_SEED gives it.
+    os.environ.setdefault("CHAOS_SEED", str(random.SystemRandom().randrange(2**31)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """In the pytest-xdist controller: the figures a worker's chaos scenarios made."""
+    from tests.chaos.convergence import FIGURES, Figures
+
+    rows = getattr(node, "workeroutput", {}).get("chaos_figures", [])
+    node.config.stash.setdefault(FIGURES, []).extend(Figures.from_dict(row) for row in rows)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    from tests.chaos.convergence import FIGURES, render
+    from tests.chaos.harness import scale_from_env
+
+    rows = config.stash.get(FIGURES, [])
+    if rows:
+        terminalreporter.write_sep("=", "chaos figures")
+        name, seed = scale_from_env().name, os.environ["CHAOS_SEED"]
+        header = (
+            f"scale {name}, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_SCALE={name})\n"
+            "objects as live/deleted, counted in each scenario's databases; deleted in cluster_svc means a"
+            " tombstone (or a rule its deleted cluster answers for)"
+        )
+        terminalreporter.write_line(render(rows, header))

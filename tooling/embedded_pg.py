@@ -60,8 +60,26 @@ def database_url(server_url: str, name: str) -> str:
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)
 
 
-def ensure_database(server_url: str, name: str, *, recreate: bool = False) -> str:
-    """Create database ``name`` on the server unless it exists; return its URL."""
+def ensure_database(server_url: str, name: str, *, recreate: bool = False, template: str | None = None) -> str:
+    """Create database ``name`` on the server unless it exists (a copy of database
+    ``template`` if given); return its URL."""
+    conn = _admin_connection(server_url)
+    try:
+        with conn.cursor() as cur:
+            if recreate:
+                cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+                if template is not None:
+                    create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+                cur.execute(create)
+    finally:
+        conn.close()
+    return database_url(server_url, name)
+
+
+def _admin_connection(server_url: str):
     url = make_url(server_url)
     conn = psycopg2.connect(
         dbname=url.database or "postgres",
@@ -71,16 +89,7 @@ def ensure_database(server_url: str, name: str, *, recreate: bool = False) -> st
         port=url.port,
     )
     conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            if recreate:
-                cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cur.fetchone() is None:
-                cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    finally:
-        conn.close()
-    return database_url(server_url, name)
+    return conn
 
 
 def dump(url: str, path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Each request it receives meets one fault:
 
-- ``PASS``: forwarded, and the answer returned.
+- ``PASS``: forwarded (after ``latency`` seconds, if given), and the answer returned.
 - ``REFUSE``: the connection is closed (FIN) before anything is forwarded.
 - ``RESET``: the connection is aborted (RST) before anything is forwarded.
 - ``DROP_RESPONSE``: forwarded; once the upstream has answered (so it has
@@ -310,6 +310,7 @@ class FaultProxy:
         *,
         plan: Plan | None = None,
         delay: float = 1.5,
+        latency: float = 0.0,
         upstream_timeout: float = 60.0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -320,6 +321,7 @@ class FaultProxy:
         self.upstream = (parts.hostname, parts.port)
         self.plan = plan
         self.delay = delay
+        self.latency = latency  # seconds every forwarded request waits first: a slow network
         self.upstream_timeout = upstream_timeout
         self._address = (host, port)
         self._lock = threading.Lock()
@@ -479,6 +481,9 @@ class FaultProxy:
                 exchange.finished = time.monotonic()
                 return _Ending.ABORT
             if hold is not None and not self._await_release(hold, position):
+                exchange.finished = time.monotonic()
+                return _Ending.ABORT
+            if self.latency and self._stopping.wait(self.latency):
                 exchange.finished = time.monotonic()
                 return _Ending.ABORT
             try:

@@ -1,9 +1,11 @@
 """Fixtures of the chaos suite: its size, its seed, a pair of services per
-module, and the table of figures printed at the end of the run.
+module, and the figures of each scenario (tests/conftest.py prints their
+table at the end of the run, gathered from every pytest-xdist worker).
 
 ``CHAOS_SCALE=full`` runs every scenario at full size (``make chaos``); the
 default, ``ci``, keeps ``make test`` quick. ``CHAOS_SEED=N`` replays a run's
-faults and data; a failing test prints the seed it ran with.
+faults and data; a failing test prints the seed it ran with. (Unset, the run's
+seed is drawn once in tests/conftest.py, so every pytest-xdist worker has it.)
 """
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import random
 
 import pytest
 
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tests.chaos.convergence import FIGURES, Figures, install_audit
+from tests.chaos.harness import scale_from_env
+from tooling.pair import Pair
 from tooling.testing import fresh_database, own_postgres
-from tests.chaos.convergence import Figures, render
-from tests.chaos.harness import Pair, scale_from_env
 
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**31))
-FIGURES = pytest.StashKey[list[Figures]]()
 
 
 def seed_for(name: str) -> int:
@@ -37,11 +41,17 @@ def rng(request):
 
 
 def running_pair(request, tmp_path_factory, *, platform_server: str, cluster_server: str):
-    """Both services as processes on fresh databases of these servers, with the fault proxy between them."""
+    """Both services as processes on fresh databases of these servers, with the fault proxy between them.
+
+    cluster_svc's database is audited (see :func:`install_audit`) from the start.
+    """
+    cluster_db_url = fresh_database(cluster_server, "chaos_cluster", migrations=CLUSTER_MIGRATIONS)
+    install_audit(cluster_db_url)
     with Pair(
-        platform_db_url=fresh_database(platform_server, "chaos_platform"),
-        cluster_db_url=fresh_database(cluster_server, "chaos_cluster"),
+        platform_db_url=fresh_database(platform_server, "chaos_platform", migrations=PLATFORM_MIGRATIONS),
+        cluster_db_url=cluster_db_url,
         workdir=tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]),
+        proxy=True,
     ) as pair:
         yield pair
 
@@ -79,20 +89,11 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(
             ("chaos replay", f"CHAOS_SEED={SEED} CHAOS_SCALE={scale_from_env().name} (test {item.nodeid})")
         )
-        pair = item.funcargs.get("pair")
-        if isinstance(pair, Pair):
-            report.sections.append(("chaos process logs", pair.logs()))
     return report
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    rows = config.stash.get(FIGURES, [])
-    if rows:
-        terminalreporter.write_sep("=", "chaos figures")
-        name = scale_from_env().name
-        header = (
-            f"scale {name}, seed {SEED} (replay: CHAOS_SEED={SEED} CHAOS_SCALE={name})\n"
-            "objects as live/deleted, counted in each scenario's databases; deleted in cluster_svc means a"
-            " tombstone (or a rule its deleted cluster answers for)"
-        )
-        terminalreporter.write_line(render(rows, header))
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker: hand this worker's figures to the controller, which prints them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["chaos_figures"] = [row.to_dict() for row in session.config.stash.get(FIGURES, [])]

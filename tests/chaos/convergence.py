@@ -1,5 +1,5 @@
-"""Comparing the two databases row by row, the audit trail of cluster_svc's
-tables, and the figures every scenario reports.
+"""The audit trail of cluster_svc's tables, and the figures every scenario
+reports. (The two databases are compared row by row by :mod:`tooling.compare`.)
 
 The audit is a trigger the suite installs on cluster_svc's database (the
 application knows nothing of it): every INSERT, UPDATE and DELETE of a cluster
@@ -9,10 +9,17 @@ are checked over every write the run made, not only over the final state.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, text
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from tooling.compare import Comparison
+from tooling.faultproxy import Fault
+from tooling.pair import Mark, Pair
 
 AUDIT_SQL = """
 CREATE TABLE chaos_audit (
@@ -48,9 +55,14 @@ CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE OR DELETE ON firewall_rules
 """
 
 
-def install_audit(engine: Engine) -> None:
-    with engine.begin() as conn:
-        conn.exec_driver_sql(AUDIT_SQL)
+def install_audit(database_url: str) -> None:
+    """The audit trigger on cluster_svc's database, before anything writes to it."""
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(AUDIT_SQL)
+    finally:
+        engine.dispose()
 
 
 @dataclass(frozen=True)
@@ -68,8 +80,9 @@ class Audit:
         return not any(vars(self).values())
 
 
-def read_audit(engine: Engine) -> Audit:
-    with engine.connect() as conn:
+def read_audit(pair: Pair) -> Audit:
+    """What cluster_svc's tables went through so far (see :func:`install_audit`)."""
+    with pair.cluster_engine.connect() as conn:
         row = conn.execute(
             text(
                 """
@@ -92,128 +105,6 @@ def updates_of(engine: Engine, object_id: str) -> int:
         return conn.execute(
             text("SELECT count(*) FROM chaos_audit WHERE id = :id AND op = 'UPDATE'"), {"id": object_id}
         ).scalar_one()
-
-
-# -- the row-by-row comparison ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Kind:
-    table: str
-    # (platform column, cluster_svc column) that must hold the same value on a live object
-    fields: tuple[tuple[str, str], ...]
-
-
-KINDS = (
-    Kind(
-        "clusters",
-        (
-            ("account_id", "team_id"),
-            ("name", "name"),
-            ("region", "region"),
-            ("postgres_version", "postgres_version"),
-            ("plan", "plan"),
-            ("storage_gb", "storage_gb"),
-            ("generation", "generation"),
-        ),
-    ),
-    Kind(
-        "firewall_rules",
-        (("cluster_id", "cluster_id"), ("cidr", "cidr"), ("description", "description"), ("generation", "generation")),
-    ),
-)
-
-
-@dataclass
-class Comparison:
-    """Both databases side by side; ``problems`` is empty when they agree exactly."""
-
-    platform: Counter[str] = field(default_factory=Counter)  # "clusters live", "clusters deleted", ...
-    downstream: Counter[str] = field(default_factory=Counter)  # "clusters live", "clusters tombstones", ...
-    problems: list[str] = field(default_factory=list)
-    unsynced: int = 0
-    orphans: int = 0
-
-    @property
-    def exact(self) -> bool:
-        return not self.problems
-
-    def live_and_deleted(self, side: Counter[str]) -> tuple[int, int]:
-        return (
-            sum(n for key, n in side.items() if key.endswith(" live")),
-            sum(n for key, n in side.items() if not key.endswith(" live")),
-        )
-
-    def describe(self, limit: int = 25) -> str:
-        shown = self.problems[:limit]
-        more = len(self.problems) - len(shown)
-        return "\n".join([*shown, *([f"... and {more} more"] if more > 0 else [])])
-
-
-def compare(platform: Engine, downstream: Engine) -> Comparison:
-    """Every platform object against cluster_svc's row with the same ID.
-
-    A live platform object must be synced and equal downstream field by field;
-    a deleted one must have its delete confirmed and be a tombstone downstream.
-    One exception, by cluster_svc's design: a firewall rule that never reached
-    cluster_svc before its cluster was deleted has no row there; its cluster's
-    tombstone answers for it (a late create of it gets 410). Nothing may exist
-    downstream that the platform does not know.
-    """
-    result = Comparison()
-    ours = {kind.table: _rows(platform, kind.table) for kind in KINDS}
-    theirs = {kind.table: _rows(downstream, kind.table) for kind in KINDS}
-    for kind in KINDS:
-        for object_id, row in ours[kind.table].items():
-            label = f"{kind.table[:-1]} {object_id}"
-            deleted = row["deleted_at"] is not None
-            result.platform[f"{kind.table} {'deleted' if deleted else 'live'}"] += 1
-            if row["sync_state"] != "synced":
-                result.unsynced += 1
-                result.problems.append(f"{label}: platform sync_state {row['sync_state']} ({row['sync_error']})")
-            other = theirs[kind.table].get(object_id)
-            if other is None:
-                if deleted and _under_a_tombstone(row, theirs):
-                    result.downstream[f"{kind.table} covered by their cluster's tombstone"] += 1
-                    continue
-                result.problems.append(f"{label}: missing from cluster_svc")
-                continue
-            if deleted:
-                if other["deleted_at"] is None:
-                    result.problems.append(f"{label}: deleted on the platform, alive in cluster_svc")
-                if row["delete_synced_at"] is None:
-                    result.problems.append(f"{label}: deleted, but the delete was never confirmed")
-                continue
-            if other["deleted_at"] is not None:
-                result.problems.append(f"{label}: alive on the platform, a tombstone in cluster_svc")
-                continue
-            if row["synced_generation"] != row["generation"]:
-                result.problems.append(
-                    f"{label}: synced_generation {row['synced_generation']} != generation {row['generation']}"
-                )
-            for ours_name, theirs_name in kind.fields:
-                if str(row[ours_name]) != str(other[theirs_name]):
-                    result.problems.append(
-                        f"{label}: {ours_name} is {row[ours_name]!r} on the platform,"
-                        f" {other[theirs_name]!r} in cluster_svc"
-                    )
-        for object_id, other in theirs[kind.table].items():
-            result.downstream[f"{kind.table} {'tombstones' if other['deleted_at'] is not None else 'live'}"] += 1
-            if object_id not in ours[kind.table]:
-                result.orphans += 1
-                result.problems.append(f"{kind.table[:-1]} {object_id}: in cluster_svc, unknown to the platform")
-    return result
-
-
-def _under_a_tombstone(row: dict, theirs: dict[str, dict[str, dict]]) -> bool:
-    parent = theirs["clusters"].get(str(row.get("cluster_id")))
-    return parent is not None and parent["deleted_at"] is not None
-
-
-def _rows(engine: Engine, table: str) -> dict[str, dict]:
-    with engine.connect() as conn:
-        rows = conn.execute(text(f"SELECT * FROM {table}")).mappings().all()  # noqa: S608 (fixed names)
-    return {str(row["id"]): dict(row) for row in rows}
 
 
 def fingerprint(engine: Engine, tables: tuple[str, ...], *, excluding: str | None = None) -> dict[str, tuple]:
@@ -257,6 +148,47 @@ class Figures:
     resurrections: int = 0
     seconds: float = 0.0
     notes: str = ""
+
+    def to_dict(self) -> dict:
+        """Plain values, as a pytest-xdist worker sends them to the controller."""
+        return {**vars(self), "faults": dict(self.faults)}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Figures:
+        return cls(
+            **{**values, "faults": Counter(values["faults"]), "expected": tuple(values["expected"]),
+               "platform": tuple(values["platform"]), "cluster_svc": tuple(values["cluster_svc"])}
+        )
+
+
+# Where the figures of a run's scenarios are kept (pytest's stash of the controller's config).
+FIGURES = pytest.StashKey[list[Figures]]()
+
+
+def scenario_figures(
+    pair: Pair, scenario: str, mark: Mark, comparison: Comparison, *, expected: tuple[int, int], notes: str = ""
+) -> Figures:
+    """The scenario's row of the table, from what the pair counted since ``mark``."""
+    log = pair.proxy.log[mark.log:]
+    public = pair.tally.snapshot()
+    public.subtract(mark.public)
+    trail = read_audit(pair)
+    return Figures(
+        scenario=scenario,
+        public_requests=sum(public.values()),
+        public_5xx=sum(n for status, n in public.items() if status is not None and status >= 500),
+        downstream_requests=len(log),
+        downstream_5xx=sum(1 for e in log if e.status is not None and e.status >= 500),
+        faults=Counter(e.fault.value for e in log if e.fault is not Fault.PASS) + (pair.events - mark.events),
+        expected=expected,
+        platform=comparison.live_and_deleted(comparison.platform),
+        cluster_svc=comparison.live_and_deleted(comparison.downstream),
+        unsynced=comparison.unsynced,
+        duplicates=trail.duplicates + comparison.orphans,
+        resurrections=trail.resurrections,
+        seconds=time.monotonic() - mark.started,
+        notes=notes,
+    )
 
 
 COLUMNS = (

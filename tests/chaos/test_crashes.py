@@ -18,6 +18,7 @@ import requests
 
 from tooling import embedded_pg
 from tests.chaos.conftest import running_pair
+from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import Burst, cluster_body
 
 # How many creates each outage must visibly fail to push before it ends.
@@ -119,7 +120,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     for request in held:  # committed before the push: intent is durable
         row = pair.platform_row("clusters", request.object_id)
         assert row is not None and row["synced_generation"] == 0
-    pair.kill_platform()
+    pair.kill_platform_svc()
     assert all(isinstance(answer, requests.ConnectionError) for answer in lost.results())
     never_forwarded.drop()
     forwarded_late.release()
@@ -127,14 +128,15 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     assert [e.status for e in late][:1] == [201] and not any(e.delivered for e in late), [
         (e.seq, e.status, e.delivered, e.received, e.finished) for e in late
     ]
-    pair.restart_platform()
+    pair.restart_platform_svc()
 
     pair.converge(deadline=120)  # the inline pushes' leases run out first
     comparison = pair.compare()
 
     log = pair.proxy.log[mark.log:]
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "3 crashes",
             mark,
             comparison,
@@ -145,7 +147,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     )
     assert comparison.exact, comparison.describe()
     assert comparison.live_and_deleted(comparison.platform) == (total + 2, 0)
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
     assert pair.public_5xx(mark) == 0
     assert left_pending >= 3 * OUTAGE_CREATES  # the outages left work for the reconciler
     # The held pushes, finished by the reconciler: one created, one replayed.

@@ -28,10 +28,12 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from tooling.testing import console_script, every_check, fresh_database, fuzzing_config, unique_idempotency_key
+from tooling.testing import (
+    LiveServer, console_script, every_check, fresh_database, fuzzing_config, unique_idempotency_key,
+)
 from tests.chaos.conftest import seed_for
-from tests.chaos.convergence import fingerprint
-from tests.chaos.harness import TOKEN, Mark, Pair, PublicApi, Service
+from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
+from tooling.pair import TOKEN, Mark, Pair, PublicApi
 
 PROBLEM = "application/problem+json"
 PLATFORM_TABLES = ("accounts", "clusters", "firewall_rules")
@@ -50,7 +52,7 @@ class World:
     a_rule: str
     b_cluster: str
     b_rule: str
-    fuzzed_cluster_svc: Service
+    fuzzed_cluster_svc: LiveServer
     fuzzed_engine: Any
     mark: Mark  # the pair's counters before this scenario
     direct: Counter  # cluster_svc's answers to calls made straight to it, by status
@@ -80,10 +82,10 @@ def world(pair, pg_server_url):
     b_cluster = b.create_cluster(body)["id"]
     b_rule = b.create_rule(b_cluster, {"cidr": "10.0.0.0/8", "description": "b's"})["id"]
     fuzzed_db = fresh_database(pg_server_url, "chaos_fuzzed", migrations=CLUSTER_MIGRATIONS)
-    fuzzed = Service(
+    fuzzed = LiveServer(
         [console_script("cluster-svc"), "serve", "--workers", "1", "--threads", "4"],
         {"CLUSTER_DATABASE_URL": fuzzed_db, "INTERNAL_TOKEN": TOKEN},
-        log=pair.workdir / "cluster_svc_fuzzed.log",
+        output=pair.workdir / "cluster_svc_fuzzed.log",
     ).start()
     engine = create_engine(fuzzed_db, poolclass=NullPool)
     try:
@@ -107,7 +109,7 @@ def assert_problem(status: int, content_type: str | None, body: Any, where: str)
 def documents(world):
     config = fuzzing_config()
     return {
-        "platform_svc": schemathesis.openapi.from_url(f"{world.pair.platform.url}/openapi.json", config=config),
+        "platform_svc": schemathesis.openapi.from_url(f"{world.pair.platform_svc.url}/openapi.json", config=config),
         "cluster_svc": schemathesis.openapi.from_url(f"{world.fuzzed_cluster_svc.url}/openapi.json", config=config),
     }
 
@@ -116,7 +118,7 @@ def documents(world):
 @pytest.mark.parametrize("service", ["platform_svc", "cluster_svc"])
 def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, documents, scale, service, mode):
     if service == "platform_svc":
-        base_url, headers = world.pair.platform.url, {"Authorization": f"Bearer {world.a.api_key}"}
+        base_url, headers = world.pair.platform_svc.url, {"Authorization": f"Bearer {world.a.api_key}"}
     else:
         base_url, headers = world.fuzzed_cluster_svc.url, {"Authorization": f"Bearer {TOKEN}"}
     # The health, readiness and metrics routes take no input to fuzz.
@@ -341,7 +343,7 @@ def chunks():
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=str)
 def test_a_hostile_request_is_refused_cleanly_and_changes_nothing(world, attack):
-    base = world.pair.platform.url if attack.service == "platform_svc" else world.pair.cluster_svc.url
+    base = world.pair.platform_svc.url if attack.service == "platform_svc" else world.pair.cluster_svc.url
     headers = {**authorization(attack, world), **dict(attack.headers)}
     data = chunks() if attack.data == "chunks" else attack.data
     before = world.snapshot()
@@ -413,7 +415,7 @@ def send_raw(url: str, data: bytes) -> tuple[int, str | None]:
 def send_malformed(world: World, service: str) -> dict[str, tuple[int, str | None]]:
     """Each malformed request, with the right token, to ``service``; the answers by name."""
     if service == "platform_svc":
-        url, token = world.pair.platform.url, world.a.api_key
+        url, token = world.pair.platform_svc.url, world.a.api_key
     else:
         url, token = world.pair.cluster_svc.url, TOKEN
     end_of_headers = f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
@@ -444,7 +446,8 @@ def test_afterwards_both_databases_agree(world, figures):
     comparison = pair.compare()
 
     direct_5xx = sum(n for status, n in world.direct.items() if status >= 500)
-    row = pair.figures(
+    row = scenario_figures(
+        pair,
         "6 hostile input",
         world.mark,
         comparison,
@@ -454,4 +457,4 @@ def test_afterwards_both_databases_agree(world, figures):
     figures.append(row)
     assert comparison.exact, comparison.describe()
     assert (row.public_5xx, row.downstream_5xx, direct_5xx) == (0, 0, 0)
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)

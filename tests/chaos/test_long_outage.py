@@ -16,7 +16,9 @@ from functools import partial
 
 from sqlalchemy import text
 
-from tests.chaos.harness import Burst, cluster_body, expect
+from tests.chaos.convergence import read_audit, scenario_figures
+from tests.chaos.harness import Burst, cluster_body
+from tooling.pair import expect
 
 
 def paced(call, at: float):
@@ -51,7 +53,7 @@ def test_a_long_outage_fails_nothing_and_recovery_drains_at_once(pair, scale, rn
     api = pair.account("outage")
     mark = pair.mark()
     before = [api.create_cluster(cluster_body(rng, i)) for i in range(10)]
-    with pair.reconciler_running():
+    with pair.reconciler("--concurrency", "4"):
         pair.kill_cluster_svc()
         down_at = time.monotonic()
         spread = scale.outage_seconds * 0.8
@@ -84,7 +86,8 @@ def test_a_long_outage_fails_nothing_and_recovery_drains_at_once(pair, scale, rn
     comparison = pair.compare()
     creates = scale.outage_writes - len(range(1, scale.outage_writes, 10))
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "7 long outage",
             mark,
             comparison,
@@ -97,6 +100,6 @@ def test_a_long_outage_fails_nothing_and_recovery_drains_at_once(pair, scale, rn
     assert comparison.exact, comparison.describe()
     assert comparison.live_and_deleted(comparison.platform) == (len(before) - 3 + creates, 3)
     assert pair.public_5xx(mark) == 0
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
     assert most_attempts >= 3  # the reconciler kept trying during the outage
     assert recovery < 2 + 30, f"{recovery:.1f} s from recovery to all synced"

@@ -12,6 +12,7 @@ from functools import partial
 
 from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
+from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, run_all
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
@@ -32,7 +33,8 @@ def test_creates_whose_answers_are_lost_exist_exactly_once_downstream(pair, scal
 
     log = pair.proxy.log[mark.log:]
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "1 lost responses",
             mark,
             comparison,
@@ -42,7 +44,7 @@ def test_creates_whose_answers_are_lost_exist_exactly_once_downstream(pair, scal
     )
     assert comparison.exact, comparison.describe()
     assert comparison.platform == {"clusters live": len(clusters), "firewall_rules live": len(rules)}
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
     assert pair.public_5xx(mark) == 0
     assert not [e for e in log if e.status is not None and e.status >= 500]
     # The faults did happen, and replays of lost answers were answered from the stored rows.

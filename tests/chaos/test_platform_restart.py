@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from tooling import embedded_pg
 from tests.chaos.conftest import running_pair
+from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import Burst, cluster_body
 
 
@@ -97,7 +98,8 @@ def test_a_restart_of_platforms_database_during_pushes_loses_nothing_and_answers
         per_key = dict(conn.execute(text("SELECT idempotency_key, count(*) FROM clusters GROUP BY 1")).all())
     answered_503 = seen_5xx()
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "8 platform db restart",
             mark,
             comparison,
@@ -114,4 +116,4 @@ def test_a_restart_of_platforms_database_during_pushes_loses_nothing_and_answers
     assert per_key == {key: 1 for key in retrying.answers}  # no duplicate after the retries
     assert comparison.exact, comparison.describe()
     assert comparison.live_and_deleted(comparison.platform) == (total + 2, 0)
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)

@@ -17,8 +17,9 @@ from functools import partial
 import pytest
 
 from tooling.faultproxy import Fault
-from tests.chaos.convergence import updates_of
-from tests.chaos.harness import Burst, cluster_body, expect, rule_body
+from tests.chaos.convergence import read_audit, scenario_figures, updates_of
+from tests.chaos.harness import Burst, cluster_body, rule_body
+from tooling.pair import expect
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +66,9 @@ def test_a_create_released_after_a_delete_of_its_id_answers_410_and_resurrects_n
     assert downstream["deleted_at"] is not None and downstream["name"] is None  # a bare tombstone, not revived
     pair.converge()
     comparison = pair.compare()
-    figures.append(pair.figures("4a create after delete", mark, comparison, expected=expected(ledger, deleted=1)))
+    figures.append(scenario_figures(pair, "4a create after delete", mark, comparison, expected=expected(ledger, deleted=1)))
     assert comparison.exact, comparison.describe()
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
 
 
 def test_a_stale_update_released_after_a_newer_one_changes_nothing(pair, api, ledger, rng, figures):
@@ -95,9 +96,9 @@ def test_a_stale_update_released_after_a_newer_one_changes_nothing(pair, api, le
     assert (downstream["generation"], downstream["plan"], downstream["storage_gb"]) == (3, "standard-4", 200)
     pair.converge()
     comparison = pair.compare()
-    figures.append(pair.figures("4b stale update", mark, comparison, expected=expected(ledger, live=1)))
+    figures.append(scenario_figures(pair, "4b stale update", mark, comparison, expected=expected(ledger, live=1)))
     assert comparison.exact, comparison.describe()
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
 
 
 def test_a_rule_create_released_after_its_cluster_was_deleted_answers_410(pair, api, ledger, rng, figures):
@@ -116,7 +117,7 @@ def test_a_rule_create_released_after_its_cluster_was_deleted_answers_410(pair, 
     assert pair.cluster_row("firewall_rules", rule["id"]) is None  # never created under a deleted cluster
     pair.converge()  # pushes the rule's own delete, which its cluster's tombstone already answers (410)
     comparison = pair.compare()
-    figures.append(pair.figures("4c rule after cluster delete", mark, comparison, expected=expected(ledger, deleted=2)))
+    figures.append(scenario_figures(pair, "4c rule after cluster delete", mark, comparison, expected=expected(ledger, deleted=2)))
     assert comparison.exact, comparison.describe()
     assert pair.cluster_row("firewall_rules", rule["id"]) is None
     assert pair.platform_row("firewall_rules", rule["id"])["delete_synced_at"] is not None
@@ -155,6 +156,6 @@ def test_a_rule_push_answered_410_after_its_cluster_was_deleted_leaves_the_rule_
     assert (answered.status, answered.delivered) == (410, True)  # the reconciler heard the 410
     pair.converge()
     comparison = pair.compare()
-    figures.append(pair.figures(f"4d rule {push} after delete", mark, comparison, expected=expected(ledger, deleted=2)))
+    figures.append(scenario_figures(pair, f"4d rule {push} after delete", mark, comparison, expected=expected(ledger, deleted=2)))
     assert pair.platform_row("firewall_rules", rule["id"])["sync_state"] == "synced"
     assert comparison.exact, comparison.describe()

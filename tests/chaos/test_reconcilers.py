@@ -11,19 +11,23 @@ end synced.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections import defaultdict
 from datetime import timedelta
 
 import pytest
 import requests
+from sqlalchemy import text
 
 from platform_svc import services
 from platform_svc.resources import CLUSTER as CLUSTERS, FIREWALL_RULE as FIREWALL_RULES
 from shared.db import Database
 from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
-from tests.chaos.harness import TOKEN, cluster_body, rule_body
+from tests.chaos.convergence import read_audit, scenario_figures
+from tests.chaos.harness import cluster_body, rule_body
+from tooling.pair import TOKEN
 
 RATES = {Fault.DROP_RESPONSE: 0.1, Fault.RESET: 0.05}
 BATCH = 10  # creates per batch call in the lost-answer scenario
@@ -49,6 +53,34 @@ def backlog(pair, scale):
     return ids
 
 
+def start_together(pair, processes: int, **options):
+    """Start ``processes`` reconcilers (``reconcile --once``) that begin claiming rows at one moment.
+
+    They start one after another, each taking a second or more to import its code;
+    the first could push the whole backlog before the last is up. So the tables
+    are locked until every one of them waits for the lock to claim its first rows.
+    """
+    with pair.platform_engine.begin() as conn:
+        conn.execute(text("LOCK TABLE clusters, firewall_rules IN EXCLUSIVE MODE"))
+        started = pair.start_reconcilers(processes, **options)
+        deadline = time.monotonic() + 120
+        while waiting_for_the_lock(pair) < processes:
+            assert all(process.poll() is None for process, _ in started), "a reconciler exited before claiming"
+            assert time.monotonic() < deadline, "the reconcilers did not all start within 120 s"
+            time.sleep(0.05)
+    return started
+
+
+def waiting_for_the_lock(pair) -> int:
+    with pair.platform_engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(DISTINCT pid) FROM pg_locks"
+                " WHERE NOT granted AND relation IN ('clusters'::regclass, 'firewall_rules'::regclass)"
+            )
+        ).scalar_one()
+
+
 def record(db_session, resource, values):
     row, created = services.create_object(
         db_session=db_session, resource=resource, values=values, idempotency_key=None, lease=timedelta(0)
@@ -61,7 +93,7 @@ def test_several_reconcilers_push_each_row_once_and_never_twice_at_the_same_time
     pair.proxy.plan = Plan(seed_for("reconcilers"), RATES)
     mark = pair.mark()
 
-    first = pair.reconcile(scale.reconcilers, concurrency=4, batch=20)
+    first = pair.finish(start_together(pair, scale.reconcilers, concurrency=4, batch=20))
     pair.converge(processes=scale.reconcilers, concurrency=4, batch=20)
     comparison = pair.compare()
 
@@ -72,7 +104,8 @@ def test_several_reconcilers_push_each_row_once_and_never_twice_at_the_same_time
         for object_id, es in by_id.items()
     }
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "5 reconcilers",
             mark,
             comparison,
@@ -89,7 +122,7 @@ def test_several_reconcilers_push_each_row_once_and_never_twice_at_the_same_time
     assert {object_id for object_id, n in succeeded.items() if n != 1} == set()  # one success each
     assert all(run.returncode == 0 for run in first)
     assert sum(run.pushed > 0 for run in first) > 1  # the backlog was shared
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
     assert {Fault.DROP_RESPONSE, Fault.RESET} <= {e.fault for e in log}
 
 
@@ -125,7 +158,7 @@ def test_a_batch_whose_answer_is_lost_syncs_once_and_a_409_item_fails_only_its_r
     comparison = pair.compare()
 
     log = pair.proxy.log[mark.log:]
-    figures.append(pair.figures("5b lost batch answers", mark, comparison, expected=(len(backlog) + len(ids), 0),
+    figures.append(scenario_figures(pair, "5b lost batch answers", mark, comparison, expected=(len(backlog) + len(ids), 0),
                                 notes="one 409 item (its row failed, as it should)"))
     by_id = calls_by_id(log)
     assert set(by_id) == set(ids)
@@ -145,9 +178,9 @@ def test_a_batch_whose_answer_is_lost_syncs_once_and_a_409_item_fails_only_its_r
     failed = pair.platform_row("clusters", squatted)
     assert failed["sync_state"] == "failed" and "409 id_conflict" in failed["sync_error"]
     assert str(pair.cluster_row("clusters", squatted)["team_id"]) == squatter["team_id"]  # nothing overwritten
-    assert comparison.problems and all(squatted in problem for problem in comparison.problems), comparison.describe()
+    assert comparison.problems and all(squatted in str(problem) for problem in comparison.problems), comparison.describe()
     assert comparison.unsynced == 1
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
 
 def calls_by_id(log):
     """Each object's calls (single or batch), in arrival order."""

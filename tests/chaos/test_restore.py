@@ -21,7 +21,9 @@ import pytest
 
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
-from tests.chaos.harness import Burst, PublicApi, cluster_body, expect, rule_body, run_all
+from tests.chaos.convergence import read_audit, scenario_figures
+from tests.chaos.harness import Burst, cluster_body, rule_body, run_all
+from tooling.pair import PublicApi, expect
 from tooling import embedded_pg
 
 FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
@@ -90,7 +92,7 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     rng.shuffle(calls)
     dump = pair.workdir / "cluster_svc.dump"
 
-    with pair.reconciler_running():  # the default interval: no repair pass within this phase
+    with pair.reconciler("--concurrency", "4"):  # the default interval: no repair pass within this phase
         burst = Burst(calls, scale.threads).start()
         burst.wait_finished(len(calls) // 3)
         embedded_pg.dump(pair.cluster_db_url, dump)
@@ -105,24 +107,23 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     pair.events["restore cluster_svc's database from an older dump"] += 1
     restored_at = time.monotonic()
     drift = pair.compare()
-    drifted = len({problem.split(":", 1)[0] for problem in drift.problems})
+    drifted = len({(problem.table, problem.object_id) for problem in drift.problems})
     assert drifted > 0, "the dump was no older than the database"
 
-    log = pair.workdir / "reconciler.log"
-    log_start = log.stat().st_size
-    with pair.reconciler_running(options=("--repair-interval", REPAIR_INTERVAL)):
+    with pair.reconciler("--concurrency", "4", "--repair-interval", REPAIR_INTERVAL) as reconciler:
         deadline = time.monotonic() + 180
         while not (comparison := pair.compare()).exact:
             assert time.monotonic() < deadline, f"not repaired within 180 s:\n{comparison.describe()}"
             time.sleep(0.5)
         seconds = time.monotonic() - restored_at
-    repaired = Counter(re.findall(r"repair: (\w+) (?:cluster|firewall_rule) ", log.read_text()[log_start:]))
+    repaired = Counter(re.findall(r"repair: (\w+) (?:cluster|firewall_rule) ", reconciler.output()))
 
     deleted_clusters = len(doomed) + short_lived
     deleted_rules = sum(r["cluster_id"] in doomed_ids for r in rules) + len(doomed_rules)
     live = n + new - len(doomed) + len(rules) + with_rule - deleted_rules  # the short-lived ones came and went
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "9 restore of older dump",
             mark,
             comparison,
@@ -138,7 +139,7 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     assert repaired["deleted_downstream"] == repaired["orphan"] == 0, repaired
     assert sum(repaired.values()) <= drifted  # nothing repaired that had not drifted
     assert set(repaired) <= set(FINDINGS)
-    audit = pair.audit()
+    audit = read_audit(pair)
     assert audit.clean, audit
     assert pair.public_5xx(mark) == 0
 

@@ -20,7 +20,9 @@ import pytest
 from tooling.faultproxy import Fault, Plan
 from shared.schemas import PLANS
 from tests.chaos.conftest import seed_for
-from tests.chaos.harness import PublicApi, cluster_body, expect, rule_body, run_all
+from tests.chaos.convergence import read_audit, scenario_figures
+from tests.chaos.harness import cluster_body, rule_body, run_all
+from tooling.pair import PublicApi, expect
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
 
@@ -63,7 +65,7 @@ def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, 
 def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale, rng, figures):
     pair.proxy.plan = Plan(seed_for("updates"), RATES)
     mark = pair.mark()
-    writes_before = pair.audit()
+    writes_before = read_audit(pair)
     patches = {c["id"]: [cluster_changes(rng) for _ in range(rng.randint(1, 3))] for c in estate.clusters}
     rule_patches = {
         r["id"]: [{"description": f"changed {rng.randrange(10**6)}"} for _ in range(rng.randint(1, 2))]
@@ -77,7 +79,7 @@ def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale,
         for r in estate.rules
     ]
 
-    with pair.reconciler_running():
+    with pair.reconciler("--concurrency", "4"):
         results = run_all(calls, scale.threads)
     assert not [r for r in results if isinstance(r, BaseException)]
     pair.converge()
@@ -86,7 +88,8 @@ def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale,
     log = pair.proxy.log[mark.log:]
     stale = [e for e in log if e.method == "PUT" and e.status == 200 and stale_put(e)]
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "2a updates",
             mark,
             comparison,
@@ -95,7 +98,7 @@ def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale,
         )
     )
     assert comparison.exact, comparison.describe()
-    audit = pair.audit()
+    audit = read_audit(pair)
     assert audit.clean, audit
     assert audit.regressions == writes_before.regressions == 0
     # The platform holds the generation each object should have reached (cluster_svc equals it, above).
@@ -133,7 +136,7 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
     ]
     rng.shuffle(calls)
 
-    with pair.reconciler_running():
+    with pair.reconciler("--concurrency", "4"):
         results = run_all(calls, scale.threads)
     assert not [r for r in results if isinstance(r, BaseException)]
     pair.converge()
@@ -141,11 +144,11 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
 
     deleted = len(doomed) + sum(len(estate.rules_of(cid)) for cid in doomed_ids) + len(doomed_rules)
     live = len(estate.clusters) + len(estate.rules) - deleted
-    figures.append(pair.figures("2b deletes", mark, comparison, expected=(live, deleted)))
+    figures.append(scenario_figures(pair, "2b deletes", mark, comparison, expected=(live, deleted)))
     assert comparison.exact, comparison.describe()
     assert comparison.live_and_deleted(comparison.platform) == (live, deleted)
     assert comparison.live_and_deleted(comparison.downstream) == (live, deleted)
-    assert pair.audit().clean, pair.audit()
+    assert read_audit(pair).clean, read_audit(pair)
     assert pair.public_5xx(mark) == 0
     assert {Fault.DROP_RESPONSE, Fault.RESET} <= {e.fault for e in pair.proxy.log[mark.log:]}
 

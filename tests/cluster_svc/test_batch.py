@@ -220,7 +220,8 @@ def test_invalid_json_is_400_and_a_non_json_body_is_415(client):
     assert_problem(form, 415, "unsupported_media_type")
 
 
-@pytest.mark.parametrize("url", [CLUSTERS_BATCH, rules_batch(uuid.uuid4())])
+# A fixed cluster ID: it is in the test's ID, which must be the same in every pytest-xdist worker.
+@pytest.mark.parametrize("url", [CLUSTERS_BATCH, rules_batch("3c3d8d4e-ee56-438d-93f2-6e4ece6ebec4")])
 def test_a_batch_without_the_token_is_401_and_stores_nothing(anon, engine, url):
     body = rule_body() if "firewall" in url else cluster_body()
 

@@ -17,6 +17,8 @@ from tests.e2e.conftest import cluster_body, wait_for
 from tooling.faultproxy import Fault, FaultProxy
 from tooling.testing import console_script
 
+COOL_DOWN = 5  # seconds: INLINE_BREAKER_COOL_DOWN_SECONDS's default
+
 
 def states(pair, table: str = "clusters") -> dict[str, str]:
     return {object_id: row["sync_state"] for object_id, row in pair.platform_rows(table).items()}
@@ -34,7 +36,8 @@ def create_pending(pair, count: int, prefix: str = "db") -> list[str]:
 # Transient failures never end a row ---------------------------------------------------------
 
 
-def test_an_outage_far_past_any_budget_fails_nothing_and_everything_syncs_after_it(pair):
+def test_an_outage_far_past_any_budget_fails_nothing_and_everything_syncs_after_it(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and sync-status counts every row
     kept = pair.api("POST", "/v1/clusters", json=cluster_body(name="kept")).json()
     pair.stop_cluster_svc()
     created = create_pending(pair, 5)
@@ -65,11 +68,12 @@ def test_an_outage_far_past_any_budget_fails_nothing_and_everything_syncs_after_
     assert downstream[created[0]]["deleted_at"] is not None
 
 
-def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_end(pair):
+def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_end(fresh_pair):
     """With the default backoff (cap 300 s). The reconciler meets the outage for
     real (its pushes fail, so it suspects an outage); the rows' backoffs are then
     set to what a half-hour outage leaves (attempts 12, next try in 4-5 minutes),
     since a test cannot wait that long. The recovery itself is real."""
+    pair = fresh_pair  # of its own: it stops cluster_svc
     pair.stop_cluster_svc()
     created = create_pending(pair, 12)
     with pair.reconciler() as reconciler:
@@ -177,16 +181,18 @@ def create_pending_or_synced(pair, count: int) -> list[str]:
 # A slow push holds only its own row ----------------------------------------------------------
 
 
-def test_a_push_held_past_its_lease_delays_no_other_row(pair):
+def test_a_push_held_past_its_lease_delays_no_other_row(fresh_pair):
     """A batch call that hangs holds its own rows only: with --batch 5, the
     unit holding the held ID waits, every other unit goes through."""
+    pair = fresh_pair  # of its own: it stops cluster_svc
     pair.stop_cluster_svc()
     held_id, *rest = create_pending(pair, 21)
     pair.restart_cluster_svc()
 
     with FaultProxy(pair.cluster_svc.url) as proxy:
         hold = proxy.hold(method="POST", object_id=held_id)
-        # --push-timeout 0.5: one push lasts at most 5 s, so a row's lease is 10 s.
+        # --push-timeout 0.5: one push lasts at most 5 s, so a row's lease is 5 s and the lease margin.
+        lease = 5 + float(pair.platform_env["RECONCILER_LEASE_MARGIN_SECONDS"])
         env = {"CLUSTER_SVC_URL": proxy.url}
         with pair.reconciler("--concurrency", "4", "--batch", "5", "--push-timeout", "0.5", env=env):
             held = set(hold.wait_held(timeout=30).object_ids)
@@ -203,7 +209,9 @@ def test_a_push_held_past_its_lease_delays_no_other_row(pair):
             # the held rows backed off, each on its own jittered delay. Mostly they go
             # down together again (the same body, which the hold keeps too); if the
             # jitter split them, they went in other calls and are synced already.
-            wait_for(lambda: time.monotonic() - held_since > 12, timeout=20, what="the hold outlasting the lease")
+            wait_for(
+                lambda: time.monotonic() - held_since > lease + 2, timeout=lease + 10, what="the hold outlasting the lease"
+            )
             row = pair.platform_rows("clusters")[held_id]
             assert row["attempts"] >= 1 or row["sync_state"] == "synced", row  # not stuck behind the call
             hold.release()
@@ -226,9 +234,10 @@ def test_a_patch_of_a_cluster_lost_downstream_re_creates_it_and_ends_synced(pair
     rule = pair.api("POST", f"/v1/clusters/{cluster['id']}/firewall-rules", json={"cidr": "10.2.0.0/16"}).json()
     doomed = pair.api("POST", "/v1/clusters", json=cluster_body(name="lost-and-deleted")).json()
     assert {cluster["sync_state"], rule["sync_state"], doomed["sync_state"]} == {"synced"}
-    with pair.cluster_engine.begin() as conn:  # restored from a backup that predates them
-        conn.execute(text("DELETE FROM firewall_rules"))
-        conn.execute(text("DELETE FROM clusters"))
+    with pair.cluster_engine.begin() as conn:  # restored from a backup that predates them (this test's objects)
+        ids = {"ids": [cluster["id"], doomed["id"]]}
+        conn.execute(text("DELETE FROM firewall_rules WHERE cluster_id = ANY(CAST(:ids AS uuid[]))"), ids)
+        conn.execute(text("DELETE FROM clusters WHERE id = ANY(CAST(:ids AS uuid[]))"), ids)
 
     patched = pair.api("PATCH", f"/v1/clusters/{cluster['id']}", json={"plan": "memory-8", "name": "found"})
     rule_patched = pair.api(
@@ -248,7 +257,9 @@ def test_a_patch_of_a_cluster_lost_downstream_re_creates_it_and_ends_synced(pair
 # The inline circuit breaker ------------------------------------------------------------------
 
 
-def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_never_wait(pair):
+def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_never_wait(new_pair):
+    # Of its own: it freezes cluster_svc. With the default cool-down, the subject here.
+    pair = new_pair(env={"INLINE_BREAKER_COOL_DOWN_SECONDS": str(COOL_DOWN)})
     frozen = pair.cluster_svc.process.pid
     os.killpg(frozen, signal.SIGSTOP)
     try:
@@ -280,8 +291,8 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     finally:
         os.killpg(frozen, signal.SIGCONT)
 
-    # One request per worker and cool-down (5 s) may probe the frozen service.
-    probes = 2 * (int(elapsed / 5) + 1)
+    # One request per worker and cool-down may probe the frozen service.
+    probes = 2 * (int(elapsed / COOL_DOWN) + 1)
     assert statistics.median(create_times) < 0.2, create_times
     assert sum(t > 0.5 for t in create_times) <= probes, create_times
     assert max(get_times) < 0.5, get_times
@@ -320,7 +331,8 @@ def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_sec
 # What sync-status tells ----------------------------------------------------------------------
 
 
-def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(pair):
+def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and sync-status counts every row
     pair.stop_cluster_svc()
     stalled, fresh, failed = create_pending(pair, 3)
     with pair.platform_engine.begin() as conn:
@@ -352,7 +364,8 @@ def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(pair):
 
 
 @pytest.mark.parametrize("reader", ["closed", "head"])
-def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(pair, reader):
+def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(fresh_pair, reader):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and --retry-failed puts back every failed row
     pair.stop_cluster_svc()
     failed = create_pending(pair, 1)[0]
     with pair.platform_engine.begin() as conn:

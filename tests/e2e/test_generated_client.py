@@ -19,25 +19,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tests.e2e.conftest import TOKEN, Pair
-from tooling.testing import fresh_database
+from tests.e2e.conftest import TOKEN
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
-
-
-@pytest.fixture(scope="module")
-def pair(pg_server_url):
-    pair = Pair(
-        fresh_database(pg_server_url, "gen_cluster", migrations=CLUSTER_MIGRATIONS),
-        fresh_database(pg_server_url, "gen_platform", migrations=PLATFORM_MIGRATIONS),
-    )
-    try:
-        pair.start()
-        yield pair
-    finally:
-        pair.close()
 
 
 def generate(url: str, folder: Path, package: str):
@@ -57,13 +41,14 @@ def generate(url: str, folder: Path, package: str):
 
 
 @pytest.fixture(scope="module")
-def clients(pair, tmp_path_factory):
+def clients(module_pair, tmp_path_factory):
     folder = tmp_path_factory.mktemp("generated")
     sys.path.insert(0, str(folder))
     try:
+        pair = module_pair
         public = generate(pair.platform_svc.url, folder, "platform_api_client")
         internal = generate(pair.cluster_svc.url, folder, "cluster_api_client")
-        api_key = pair.http.headers["Authorization"].removeprefix("Bearer ")
+        api_key = pair.account("generated-client", cli=False).api_key
         with public.AuthenticatedClient(base_url=pair.platform_svc.url, token=api_key) as p, \
                 internal.AuthenticatedClient(base_url=pair.cluster_svc.url, token=TOKEN) as c:
             yield p, c

@@ -172,7 +172,7 @@ def test_every_outcome_is_counted_exactly_once_whichever_worker_answered_and_a_k
 
 
 def test_metrics_need_the_internal_token(pair):
-    account_key = pair.http.headers["Authorization"]
+    account_key = f"Bearer {pair.api_key}"
     for url in (pair.cluster_svc.url, pair.platform_svc.url):
         assert requests.get(f"{url}/metrics", timeout=10).status_code == 401
         assert requests.get(f"{url}/metrics", headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
@@ -187,7 +187,8 @@ def _sync(samples, resource="cluster"):
     return {dict(labels)["state"]: v for labels, v in series(samples, "sync_rows", resource=resource).items()}
 
 
-def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(pair):
+def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and the gauges count every row
     platform = pair.platform_svc.url
     before = scrape(platform, TOKEN)
     assert _sync(before) == {"pending": 0, "stalled": 0, "synced": 0, "failed": 0}
@@ -222,7 +223,8 @@ def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(pair):
     pair.assert_downstream_matches()
 
 
-def test_the_reconciler_serves_its_push_counts_on_its_metrics_port(pair, tmp_path):
+def test_the_reconciler_serves_its_push_counts_on_its_metrics_port(fresh_pair, tmp_path):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and the reconciler pushes every due row
     pair.stop_cluster_svc()
     for i in range(4):
         assert pair.api("POST", "/v1/clusters", json=cluster_body(name=f"r-{i}")).status_code == 201

@@ -2,20 +2,17 @@
 permanent conflict, two reconcilers at once, and start-up failures."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import requests
 
 from tests.e2e.conftest import cluster_body, wait_for
+from tooling.faultproxy import FaultProxy
 from tooling.testing import console_script, free_port, fresh_database
 
 QUICK = 3.0  # seconds: an inline push gives up after 0.5 s connect timeouts and 2 quick retries
@@ -41,7 +38,8 @@ def test_a_create_is_pushed_down_at_once(pair):
     pair.assert_downstream_matches()
 
 
-def test_writes_during_an_outage_are_pending_then_reconciled_exactly(pair):
+def test_writes_during_an_outage_are_pending_then_reconciled_exactly(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc
     def create(name):
         response = pair.api("POST", "/v1/clusters", json=cluster_body(name=name))
         assert (response.status_code, response.json()["sync_state"]) == (201, "synced")
@@ -95,7 +93,8 @@ def test_writes_during_an_outage_are_pending_then_reconciled_exactly(pair):
     assert pair.api("DELETE", f"/v1/clusters/{deleted['id']}").status_code == 410
 
 
-def test_a_permanent_conflict_fails_the_row_and_sync_status_can_requeue_it(pair):
+def test_a_permanent_conflict_fails_the_row_and_sync_status_can_requeue_it(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and sync-status counts every row
     pair.stop_cluster_svc()
     doomed = pair.api("POST", "/v1/clusters", json=cluster_body(region="eu-west-1")).json()
     healthy = pair.api("POST", "/v1/clusters", json=cluster_body(name="healthy")).json()
@@ -133,88 +132,8 @@ def test_a_permanent_conflict_fails_the_row_and_sync_status_can_requeue_it(pair)
 # Two reconcilers at once ----------------------------------------------------------
 
 
-FORWARDED_HEADERS = ("authorization", "content-type", "accept")
-
-
-class RecordingProxy:
-    """An HTTP proxy to cluster_svc that records when each call started and ended (each item of a batch as one)."""
-
-    def __init__(self, target: str, latency: float = 0.02) -> None:
-        self.target = target
-        self.latency = latency
-        self.calls: list[dict] = []
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def forward(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                started = time.monotonic()
-                # A slow network, so that the two reconcilers' work overlaps in time.
-                time.sleep(proxy.latency)
-                upstream = requests.request(
-                    self.command,
-                    proxy.target + self.path,
-                    data=body,
-                    headers={k: v for k, v in self.headers.items() if k.lower() in FORWARDED_HEADERS},
-                    timeout=30,
-                )
-                ended = time.monotonic()
-                payload = json.loads(body) if body else None
-                if self.path.endswith("/batch"):  # one record per item, with the item's own status
-                    ids = [item["id"] for item in payload["items"]]
-                    results = upstream.json()["results"] if upstream.status_code == 200 else None
-                    statuses = [r["status"] for r in results] if results else [upstream.status_code] * len(ids)
-                else:
-                    ids = [payload.get("id") if payload else self.path.rsplit("/", 1)[-1]]
-                    statuses = [upstream.status_code]
-                with proxy.lock:
-                    proxy.calls += [
-                        {
-                            "method": self.command,
-                            "id": object_id,
-                            "start": started,
-                            "end": ended,
-                            "status": status,
-                            "batch": len(ids),
-                        }
-                        for object_id, status in zip(ids, statuses)
-                    ]
-                self.send_response(upstream.status_code)
-                for name in ("Content-Type", "Location", "Idempotent-Replayed", "Retry-After"):
-                    if name in upstream.headers:
-                        self.send_header(name, upstream.headers[name])
-                self.send_header("Content-Length", str(len(upstream.content)))
-                self.end_headers()
-                self.wfile.write(upstream.content)
-
-            do_GET = do_POST = do_PUT = do_DELETE = forward
-
-            def log_message(self, *args):
-                pass
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 64  # eight pushers connect at once
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
-
-
-def test_two_reconcilers_at_once_push_each_row_once(pair):
+def test_two_reconcilers_at_once_push_each_row_once(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc, and the reconcilers push every due row
     pair.stop_cluster_svc()
 
     def create(n):
@@ -227,7 +146,8 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
     assert len(ids) == 200
     pair.restart_cluster_svc()
 
-    with RecordingProxy(pair.cluster_svc.url) as proxy:
+    # The proxy records when each call arrived and ended; a slow network, so that the two reconcilers' work overlaps.
+    with FaultProxy(pair.cluster_svc.url, latency=0.02) as proxy:
         command = [console_script("platform-svc"), "reconcile", "--once", "--concurrency", "4", "--batch", "20"]
         env = {**os.environ, **pair.platform_env, "CLUSTER_SVC_URL": proxy.url}
         reconcilers = [
@@ -241,6 +161,7 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
                 if reconciler.poll() is None:
                     reconciler.kill()
                     reconciler.communicate()
+        calls = proxy.log
 
     for reconciler, (stdout, stderr) in zip(reconcilers, outputs):
         assert reconciler.returncode == 0, stderr
@@ -252,24 +173,27 @@ def test_two_reconcilers_at_once_push_each_row_once(pair):
     assert set(downstream) == ids
     pair.assert_downstream_matches()
 
-    assert {call["method"] for call in proxy.calls} == {"POST"}
-    posts = defaultdict(list)
-    for call in proxy.calls:
-        posts[call["id"]].append(call)
+    assert {call.method for call in calls} == {"POST"}
+    posts = defaultdict(list)  # each ID's calls (an item of a batch as one), in arrival order
+    for call in calls:
+        for object_id in call.object_ids:
+            posts[object_id].append(call)
     assert set(posts) == ids
-    for object_id, calls in posts.items():
-        calls.sort(key=lambda call: call["start"])
-        for earlier, later in zip(calls, calls[1:]):
-            assert later["start"] >= earlier["end"], f"two POSTs of {object_id} in flight at once"
-    assert Counter(len(calls) for calls in posts.values()) == {1: 200}  # exactly one POST per ID
-    assert Counter(call["status"] for call in proxy.calls) == {201: 200}
-    assert max(call["batch"] for call in proxy.calls) > 1  # the creates went down in batches
+    for object_id, its_calls in posts.items():
+        for earlier, later in zip(its_calls, its_calls[1:]):
+            assert later.received >= earlier.finished, f"two POSTs of {object_id} in flight at once"
+    assert Counter(len(its_calls) for its_calls in posts.values()) == {1: 200}  # exactly one POST per ID
+    assert Counter(call.statuses()[object_id] for object_id, its_calls in posts.items() for call in its_calls) == {
+        201: 200
+    }
+    assert max(len(call.object_ids) for call in calls) > 1  # the creates went down in batches
 
 
 # The long-running reconciler ------------------------------------------------------
 
 
-def test_reconcile_once_prints_one_clean_line_whether_or_not_it_pushed(pair):
+def test_reconcile_once_prints_one_clean_line_whether_or_not_it_pushed(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc
     pair.stop_cluster_svc()
     pending = [pair.api("POST", "/v1/clusters", json=cluster_body(name=f"db-{n}")).json() for n in range(2)]
     assert {row["sync_state"] for row in pending} == {"pending"}
@@ -282,7 +206,8 @@ def test_reconcile_once_prints_one_clean_line_whether_or_not_it_pushed(pair):
     assert (nothing.returncode, nothing.stdout) == (0, "pushed 0 rows\n"), nothing.stderr
 
 
-def test_the_running_reconciler_pushes_new_work_and_stops_on_sigterm(pair):
+def test_the_running_reconciler_pushes_new_work_and_stops_on_sigterm(fresh_pair):
+    pair = fresh_pair  # of its own: it stops cluster_svc
     pair.stop_cluster_svc()
     pending = pair.api("POST", "/v1/clusters", json=cluster_body()).json()
     assert pending["sync_state"] == "pending"

@@ -16,15 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import text
 
-from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tests.e2e.conftest import Pair, cluster_body, wait_for
+from tests.e2e.conftest import cluster_body, wait_for
 from tooling import embedded_pg
-from tooling.faultproxy import FaultProxy
-from tooling.testing import LiveServer, console_script, fresh_database, own_postgres
+from tooling.testing import own_postgres
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +30,11 @@ def platform_pg():
 
 
 @pytest.fixture
-def pair(pg_server_url, platform_pg):
-    """The pair, platform_svc on its own PostgreSQL and calling cluster_svc through a fault proxy."""
-    pair = Pair(
-        fresh_database(pg_server_url, "e2e_cluster", migrations=CLUSTER_MIGRATIONS),
-        fresh_database(embedded_pg.admin_url(platform_pg), "e2e_platform", migrations=PLATFORM_MIGRATIONS),
-    )
-    proxy = FaultProxy(pair.cluster_svc.url).start()
-    pair.proxy = proxy
-    pair.platform_env["CLUSTER_SVC_URL"] = proxy.url
-    pair.platform_svc = LiveServer(
-        [console_script("platform-svc"), "serve", "--workers", "2", "--threads", "8"], pair.platform_env
-    )
-    # The test's own reads must survive the restart.
-    pair.platform_engine = create_engine(pair.platform_db_url, poolclass=NullPool)
+def pair(new_pair, pg_server_url, platform_pg):
+    """The pair of its own, platform_svc on its own PostgreSQL and calling cluster_svc through a fault proxy."""
     try:
-        pair.start()
-        yield pair
+        yield new_pair(server_url=embedded_pg.admin_url(platform_pg), cluster_server_url=pg_server_url, proxy=True)
     finally:
-        proxy.stop()
-        pair.close()
         platform_pg.ensure_postgres_running()  # for the next test, whatever happened
 
 

@@ -31,6 +31,13 @@ def prometheus_binary():
 
 
 @pytest.fixture
+def pair(prometheus_binary, fresh_pair):
+    """Of its own: Prometheus reads the pair's counters of every request since it started.
+    (Only once prometheus is known to be there.)"""
+    return fresh_pair
+
+
+@pytest.fixture
 def reconciler(pair):
     port = free_port()
     process = subprocess.Popen(

@@ -15,7 +15,7 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tests.e2e.conftest import TOKEN, Pair, cluster_body, start_pair
+from tests.e2e.conftest import TOKEN, Pair, cluster_body, start_pair, with_account
 
 REQUIRED = {"ts", "level", "service", "msg"}
 REQUEST_FIELDS = {"request_id", "method", "route", "status", "duration_ms"}
@@ -40,14 +40,16 @@ class Flow:
 
 
 @pytest.fixture(scope="module")
-def flow(pg_server_url, tmp_path_factory):
-    """One pair, one flow of requests, then both services stopped (so gunicorn's shutdown lines are logged too)."""
-    pair = start_pair(pg_server_url, env={"LOG_FORMAT": "json"}, log_dir=tmp_path_factory.mktemp("logs"))
+def flow(pg_server_url, tmp_path_factory, request):
+    """One pair of its own (LOG_FORMAT=json), one flow of requests, then both services stopped
+    (so gunicorn's shutdown lines are logged too)."""
+    pair = start_pair(pg_server_url, tmp_path_factory.mktemp("logs"), env={"LOG_FORMAT": "json"})
     try:
+        with_account(pair, request)
         sent = f"trace-{uuid.uuid4()}"
         flow = Flow(
             pair=pair,
-            api_key=pair.http.headers["Authorization"].removeprefix("Bearer "),
+            api_key=pair.api_key,
             marker=f"body-marker-{uuid.uuid4().hex[:8]}",
             sent_id=sent,
             sent_id_answer=pair.api("POST", "/v1/clusters", json=cluster_body(), headers={"X-Request-ID": sent}),
@@ -57,7 +59,7 @@ def flow(pg_server_url, tmp_path_factory):
             flow.invalid_id_answers[name] = requests.post(
                 f"{pair.platform_svc.url}/v1/clusters",
                 json=cluster_body(),
-                headers={**pair.http.headers, "X-Request-ID": invalid.encode("latin-1")},
+                headers={"Authorization": f"Bearer {pair.api_key}", "X-Request-ID": invalid.encode("latin-1")},
                 timeout=30,
             )
         marker = flow.marker
@@ -79,7 +81,7 @@ def flow(pg_server_url, tmp_path_factory):
         pair.cluster_svc.stop()
         yield flow
     finally:
-        pair.close()
+        pair.stop()
 
 
 def lose_downstream_and_change(pair: Pair) -> str:
@@ -96,7 +98,7 @@ def lose_downstream_and_change(pair: Pair) -> str:
 
 
 def log_lines(pair, service: str) -> list[str]:
-    return (pair.log_dir / f"{service}.log").read_text().splitlines()
+    return (pair.workdir / f"{service}.log").read_text().splitlines()
 
 
 def access_lines(pair, service: str) -> list[dict]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.config import ConfigError, database_url, integer, require
+from shared.config import ConfigError, database_url, integer, require, seconds
 
 
 def test_require_returns_the_value():
@@ -88,3 +88,37 @@ def test_integer_refuses_a_non_integer_naming_it(raw):
 
     assert "POOL" in str(raised.value)
     assert repr(raw) in str(raised.value)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("8", 8.0), (" 0.25 ", 0.25), ("1e-1", 0.1)])
+def test_seconds_parses_the_setting(raw, value):
+    assert seconds("LEASE", 15, {"LEASE": raw}) == value
+
+
+@pytest.mark.parametrize("environ", [{}, {"LEASE": ""}, {"LEASE": "  "}], ids=["unset", "empty", "blank"])
+def test_seconds_falls_back_to_the_default(environ):
+    assert seconds("LEASE", 15, environ) == 15
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-1", "nan", "inf", "5s"])
+def test_seconds_refuses_anything_but_a_positive_number_naming_it(raw):
+    with pytest.raises(ConfigError) as raised:
+        seconds("LEASE", 15, {"LEASE": raw})
+
+    assert "LEASE" in str(raised.value)
+    assert repr(raw) in str(raised.value)
+
+
+def test_the_timings_tests_shorten_are_read_from_the_environment():
+    from datetime import timedelta
+
+    from platform_svc import inline_lease
+    from platform_svc.reconciler import ReconcilerSettings
+
+    assert inline_lease({}) == timedelta(seconds=15)
+    assert inline_lease({"INLINE_LEASE_SECONDS": "8"}) == timedelta(seconds=8)
+    environ = {"RECONCILER_LEASE_MARGIN_SECONDS": "1", "RECONCILER_IDLE_SECONDS": "0.1", "RECONCILER_PROBE_SECONDS": "0.2"}
+    settings = ReconcilerSettings.from_env(environ, batch=5, longest_push=4.0)
+    assert (settings.lease_margin, settings.idle_interval, settings.probe_interval) == (1.0, 0.1, 0.2)
+    assert (settings.batch, settings.lease) == (5, timedelta(seconds=5))
+    assert ReconcilerSettings.from_env({}) == ReconcilerSettings()

@@ -1,0 +1,492 @@
+"""The pair as a user runs it, for tests: the one harness e2e tests and the chaos scenarios share.
+
+A :class:`Pair` is cluster_svc and platform_svc as gunicorn processes (their
+console scripts) on two databases, optionally with a
+:class:`~tooling.faultproxy.FaultProxy` between them (platform_svc and its
+reconcilers reach cluster_svc through it; its log is the record of every call
+they made), the CLI and the reconciler as processes too, and the databases
+read directly. Each process writes into a log file of the pair's work folder,
+shown when a test fails.
+
+Accounts: :meth:`Pair.account` makes one (``platform-svc create-account``);
+:meth:`Pair.use_account` makes it the one :meth:`Pair.api` calls as and the
+one :meth:`Pair.assert_downstream_matches` and :meth:`Pair.all_synced` look
+at, so tests sharing a pair each see their own rows only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tooling.compare import Comparison, compare
+from tooling.faultproxy import FaultProxy
+from tooling.testing import LiveServer, console_script, free_port, fresh_database
+
+TOKEN = "pair-internal-token"
+# Timings short enough that no test waits for a production default (each is
+# described in docs/operations.md, "Timings"). The inline lease must outlast an
+# inline push with its retries (6.5 s); the breaker probes a recovered
+# cluster_svc after 1 s, so inline pushes resume soon after an outage.
+TIMINGS = {
+    "INLINE_BREAKER_COOL_DOWN_SECONDS": "1",
+    "INLINE_LEASE_SECONDS": "8",
+    "RECONCILER_LEASE_MARGIN_SECONDS": "2",
+    "RECONCILER_IDLE_SECONDS": "0.2",
+    "RECONCILER_PROBE_SECONDS": "0.2",
+}
+# platform_svc's inline push waits 1 s for an answer; a request the proxy delays waits longer.
+DELAY_BEYOND_INLINE_TIMEOUT = 1.5
+
+
+class Tally:
+    """Every answer the public API gave, by status (``None``: no answer at all)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._statuses: Counter[int | None] = Counter()
+
+    def record(self, status: int | None) -> None:
+        with self._lock:
+            self._statuses[status] += 1
+
+    def snapshot(self) -> Counter[int | None]:
+        with self._lock:
+            return Counter(self._statuses)
+
+
+class PublicApi:
+    """One account's calls to platform_svc, from any number of threads; every answer is tallied."""
+
+    def __init__(self, pair: Pair, account_id: str, api_key: str) -> None:
+        self.pair = pair
+        self.account_id = account_id
+        self.api_key = api_key
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """:raise requests.RequestException: no answer came (the tally counts it too)."""
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.headers.update(self.headers)
+            with self._lock:
+                self._sessions.append(session)
+        try:
+            response = session.request(method, self.pair.platform_svc.url + path, timeout=60, **kwargs)
+        except requests.RequestException:
+            self.pair.tally.record(None)
+            raise
+        self.pair.tally.record(response.status_code)
+        return response
+
+    def create_cluster(self, body: dict[str, Any]) -> dict[str, Any]:
+        return expect(self.call("POST", "/v1/clusters", json=body), 201)
+
+    def create_rule(self, cluster_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return expect(self.call("POST", f"/v1/clusters/{cluster_id}/firewall-rules", json=body), 201)
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions:
+                session.close()
+            self._sessions.clear()
+
+
+def expect(response: requests.Response, *statuses: int) -> Any:
+    """The decoded body of an answer with one of ``statuses`` (None for an empty body)."""
+    assert response.status_code in statuses, (
+        f"{response.request.method} {response.url}: {response.status_code} {response.text}"
+    )
+    return response.json() if response.content else None
+
+
+class Reconciler:
+    """A running ``platform-svc reconcile`` (see :meth:`Pair.reconciler`) and what it printed so far."""
+
+    def __init__(self, process: subprocess.Popen, log: Path) -> None:
+        self.process = process
+        self.log = log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean-up of any kind."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ``platform-svc reconcile --once`` process."""
+
+    returncode: int
+    pushed: int
+    output: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where the counters stood when a scenario began."""
+
+    log: int
+    public: Counter
+    events: Counter
+    started: float = field(default_factory=time.monotonic)
+
+
+class Pair:
+    """cluster_svc and platform_svc side by side, their databases, and what drives them.
+
+    ``env`` is added to both services' (and the CLI's) environment, over
+    :data:`TIMINGS`; with ``proxy``, platform_svc reaches cluster_svc through
+    a fault proxy (:attr:`proxy`). Start it with :meth:`start` (or ``with``).
+    """
+
+    def __init__(
+        self,
+        *,
+        cluster_db_url: str,
+        platform_db_url: str,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        proxy: bool = False,
+        workers: int = 2,
+    ) -> None:
+        self.cluster_db_url = cluster_db_url
+        self.platform_db_url = platform_db_url
+        self.workdir = workdir
+        # TMPDIR: what the processes leave behind when killed (serve's metrics folder) stays in the work folder.
+        (workdir / "tmp").mkdir(exist_ok=True)
+        self.env = {**TIMINGS, "TMPDIR": str(workdir / "tmp"), **(env or {})}
+        self.serve = ["serve", "--workers", str(workers), "--threads", "8"]
+        self.tally = Tally()
+        self.events: Counter[str] = Counter()  # the crashes a test caused, by kind
+        self.apis: list[PublicApi] = []
+        self.current: PublicApi | None = None  # the account api() calls as
+        self._runs = 0
+        self.cluster_svc = self._cluster_service(free_port())
+        self.proxy = FaultProxy(self.cluster_svc.url, delay=DELAY_BEYOND_INLINE_TIMEOUT) if proxy else None
+        self.platform_svc: LiveServer | None = None
+        # NullPool: the test's own reads must survive a restart of either PostgreSQL.
+        self.cluster_engine = create_engine(cluster_db_url, poolclass=NullPool)
+        self.platform_engine = create_engine(platform_db_url, poolclass=NullPool)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> Pair:
+        """The proxy, then both services side by side (each takes about a second to start)."""
+        if self.proxy is not None:
+            self.proxy.start()
+        self.platform_svc = self._platform_service(free_port())
+        with ThreadPoolExecutor(2) as pool:
+            for started in [pool.submit(server.start) for server in (self.cluster_svc, self.platform_svc)]:
+                started.result()
+        return self
+
+    def __enter__(self) -> Pair:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # whatever had started
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Everything killed at once: nothing is checked after this, and a graceful stop of
+        ``serve`` takes a second or two (a test that needs one calls ``stop_cluster_svc``)."""
+        for api in self.apis:
+            api.close()
+        for server in (self.platform_svc, self.cluster_svc):
+            if server is not None:
+                server.stop(signal.SIGKILL)
+        if self.proxy is not None:
+            self.proxy.stop()
+        self.cluster_engine.dispose()
+        self.platform_engine.dispose()
+
+    @property
+    def cluster_env(self) -> dict[str, str]:
+        return {"CLUSTER_DATABASE_URL": self.cluster_db_url, "INTERNAL_TOKEN": TOKEN, **self.env}
+
+    @property
+    def platform_env(self) -> dict[str, str]:
+        """platform_svc's settings: for ``serve``, the CLI and the reconciler."""
+        return {
+            "PLATFORM_DATABASE_URL": self.platform_db_url,
+            "CLUSTER_SVC_URL": (self.proxy or self.cluster_svc).url,
+            "INTERNAL_TOKEN": TOKEN,
+            **self.env,
+        }
+
+    def _cluster_service(self, port: int) -> LiveServer:
+        argv = [console_script("cluster-svc"), *self.serve]
+        return LiveServer(argv, self.cluster_env, port=port, output=self.workdir / "cluster_svc.log")
+
+    def _platform_service(self, port: int) -> LiveServer:
+        argv = [console_script("platform-svc"), *self.serve]
+        return LiveServer(argv, self.platform_env, port=port, output=self.workdir / "platform_svc.log")
+
+    # -- processes -----------------------------------------------------------------
+
+    def stop_cluster_svc(self, sig: int = signal.SIGTERM) -> None:
+        self.cluster_svc.stop(sig)
+
+    def kill_cluster_svc(self) -> None:
+        self.cluster_svc.stop(signal.SIGKILL)
+        self.events["sigkill cluster_svc"] += 1
+
+    def restart_cluster_svc(self) -> None:
+        """cluster_svc again on the same port, where platform_svc (or the proxy) sends everything."""
+        self.cluster_svc = self._cluster_service(self.cluster_svc.port).start()
+
+    def kill_platform_svc(self) -> None:
+        self.platform_svc.stop(signal.SIGKILL)
+        self.events["sigkill platform_svc"] += 1
+
+    def restart_platform_svc(self) -> None:
+        self.platform_svc = self._platform_service(self.platform_svc.port).start()
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run ``platform-svc ARGS`` to completion."""
+        return subprocess.run(
+            [console_script("platform-svc"), *args],
+            env={**os.environ, **self.platform_env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    @contextmanager
+    def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[Reconciler]:
+        """``platform-svc reconcile ARGS`` running until the block ends, then stopped with SIGTERM
+        (it finishes the pushes it holds, and must exit 0), unless the block ended it itself.
+
+        It is running, its SIGTERM handler installed, when the block starts.
+        """
+        self._runs += 1
+        log = self.workdir / f"reconciler-{self._runs}.log"
+        with log.open("wb") as out:  # a file, not a pipe: a full pipe would block its logging
+            process = subprocess.Popen(
+                [console_script("platform-svc"), "reconcile", *args],
+                env={**os.environ, **self.platform_env, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        reconciler = Reconciler(process, log)
+        try:
+            deadline = time.monotonic() + 60
+            while b"reconciler running" not in log.read_bytes():
+                assert process.poll() is None, f"the reconciler exited with {process.returncode} at start-up"
+                assert time.monotonic() < deadline, "the reconciler did not start within 60 s"
+                time.sleep(0.02)
+            yield reconciler
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=120)
+                assert process.returncode == 0, reconciler.output()[-5000:]
+
+    def reconcile(self, processes: int = 1, *, concurrency: int = 8, batch: int = 100) -> list[Run]:
+        """``platform-svc reconcile --once``, ``processes`` of them started together."""
+        return self.finish(self.start_reconcilers(processes, concurrency=concurrency, batch=batch))
+
+    def start_reconcilers(self, processes: int = 1, *, concurrency: int = 8, batch: int = 100) -> list:
+        """Start ``platform-svc reconcile --once`` processes; :meth:`finish` waits for them."""
+        argv = [console_script("platform-svc"), "reconcile", "--once", "--concurrency", str(concurrency)]
+        argv += ["--batch", str(batch)]
+        env = {**os.environ, **self.platform_env}
+        started = []
+        for _ in range(processes):
+            self._runs += 1
+            log = self.workdir / f"reconcile-{self._runs}.out"
+            with open(log, "wb") as out:
+                started.append((subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT), log))
+        return started
+
+    def finish(self, started: list) -> list[Run]:
+        runs = []
+        for process, log in started:
+            returncode = process.wait(timeout=600)
+            output = log.read_text(errors="replace")
+            pushed = re.search(r"^pushed (\d+) rows", output, re.MULTILINE)
+            runs.append(Run(returncode, int(pushed.group(1)) if pushed else 0, output))
+        return runs
+
+    def pending(self) -> tuple[int, float]:
+        """Rows still pending, and the seconds until the soonest may be pushed again."""
+        with self.platform_engine.connect() as conn:
+            count, due_in = conn.execute(
+                text(
+                    """
+                    SELECT count(*),
+                           EXTRACT(EPOCH FROM min(greatest(next_attempt_at, coalesce(lease_until, next_attempt_at)))
+                                              - now())
+                    FROM (SELECT next_attempt_at, lease_until FROM clusters WHERE sync_state = 'pending'
+                          UNION ALL
+                          SELECT next_attempt_at, lease_until FROM firewall_rules WHERE sync_state = 'pending') AS due
+                    """
+                )
+            ).one()
+        return count, float(due_in or 0)
+
+    def converge(self, *, processes: int = 1, deadline: float = 180, **options: Any) -> list[Run]:
+        """Run the reconciler until no row is pending (failed rows stay, for the comparison).
+
+        Between runs it waits for the backoff or lease the rows name, nothing else.
+        """
+        give_up = time.monotonic() + deadline
+        runs: list[Run] = []
+        while True:
+            runs += self.reconcile(processes, **options)
+            count, due_in = self.pending()
+            if count == 0:
+                return runs
+            if time.monotonic() + due_in > give_up:
+                raise AssertionError(f"{count} rows still pending after {deadline} s; last run:\n{runs[-1].output}")
+            time.sleep(min(max(due_in, 0.05), 5.0))
+
+    def logs(self, lines: int = 40) -> str:
+        """The end of every process log, for a failure report."""
+        out = []
+        for log in sorted([*self.workdir.glob("*.log"), *self.workdir.glob("*.out")]):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    # -- accounts and the public API -------------------------------------------
+
+    def account(self, name: str, *, cli: bool = True) -> PublicApi:
+        """A new account, made with ``platform-svc create-account NAME --json``.
+
+        Or, without ``cli``, made by what that command calls
+        (``services.create_account``) in this process: a few milliseconds
+        instead of a second and a half of starting a process, for a test's own
+        account on a shared pair.
+        """
+        if cli:
+            result = self.cli("create-account", name, "--json", timeout=60)
+            assert result.returncode == 0, result.stderr
+            created = json.loads(result.stdout)
+        else:
+            from platform_svc import services
+
+            with self.platform_engine.begin() as conn:
+                account_id, api_key = services.create_account(db_session=conn, name=name)
+            created = {"account_id": str(account_id), "api_key": api_key}
+        api = PublicApi(self, created["account_id"], created["api_key"])
+        self.apis.append(api)
+        return api
+
+    def use_account(self, api: PublicApi) -> PublicApi:
+        """Make ``api``'s account the one :meth:`api` calls as and the checks below look at."""
+        self.current = api
+        return api
+
+    @property
+    def account_id(self) -> str:
+        return self.current.account_id
+
+    @property
+    def api_key(self) -> str:
+        return self.current.api_key
+
+    def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """Call platform_svc's public API as the current account."""
+        return self.current.call(method, path, **kwargs)
+
+    def internal(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """Call cluster_svc directly (never through the proxy), with the internal token."""
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        return requests.request(method, self.cluster_svc.url + path, headers=headers, timeout=30, **kwargs)
+
+    # -- the databases --------------------------------------------------------------
+
+    def platform_rows(self, table: str) -> dict[str, dict]:
+        """The current account's rows of a platform table, by ID."""
+        return _rows(self.platform_engine, f"SELECT * FROM {table} WHERE account_id = :account", self.account_id)
+
+    def cluster_svc_rows(self, table: str) -> dict[str, dict]:
+        """cluster_svc's rows of a table, by ID (every team's)."""
+        return _rows(self.cluster_engine, f"SELECT * FROM {table}")
+
+    def platform_row(self, table: str, object_id: str) -> dict[str, Any] | None:
+        return _row(self.platform_engine, table, object_id)
+
+    def cluster_row(self, table: str, object_id: str) -> dict[str, Any] | None:
+        return _row(self.cluster_engine, table, object_id)
+
+    def compare(self, *, account_id: str | None = None) -> Comparison:
+        """Both databases side by side (:func:`tooling.compare.compare`), of one account or all."""
+        if self.proxy is not None:
+            self.proxy.wait_idle(timeout=60)  # a delayed request still on its way could land later
+        return compare(self.platform_engine, self.cluster_engine, account_id=account_id)
+
+    def all_synced(self) -> bool:
+        """The current account has rows, and every one of them (of every resource) is synced."""
+        tables = ("clusters", "firewall_rules")
+        return {row["sync_state"] for table in tables for row in self.platform_rows(table).values()} == {"synced"}
+
+    def assert_downstream_matches(self) -> None:
+        """Every row of the current account is synced and cluster_svc holds exactly what it says."""
+        comparison = self.compare(account_id=self.account_id)
+        assert comparison.exact, comparison.describe()
+
+    # -- what a scenario counts ----------------------------------------------------
+
+    def mark(self) -> Mark:
+        return Mark(len(self.proxy.log) if self.proxy else 0, self.tally.snapshot(), Counter(self.events))
+
+    def public_5xx(self, mark: Mark) -> int:
+        return sum(n for status, n in (self.tally.snapshot() - mark.public).items() if status and status >= 500)
+
+
+def start_pair(server_url: str, workdir: Path, *, cluster_server_url: str | None = None, **options: Any) -> Pair:
+    """A started pair on two fresh, migrated databases of ``server_url`` (cluster_svc's on
+    ``cluster_server_url`` if given); ``options``: see :class:`Pair`. Stop it."""
+    pair = Pair(
+        cluster_db_url=fresh_database(cluster_server_url or server_url, "cluster", migrations=CLUSTER_MIGRATIONS),
+        platform_db_url=fresh_database(server_url, "platform", migrations=PLATFORM_MIGRATIONS),
+        workdir=workdir,
+        **options,
+    )
+    return pair.__enter__()  # stopped again if it fails to start
+
+
+def _rows(engine, query: str, account_id: str | None = None) -> dict[str, dict]:
+    with engine.connect() as conn:
+        rows = conn.execute(text(query), {"account": account_id}).mappings()
+        return {str(row["id"]): dict(row) for row in rows}
+
+
+def _row(engine, table: str, object_id: str) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        row = conn.execute(text(f"SELECT * FROM {table} WHERE id = :id"), {"id": object_id}).mappings().first()
+    return None if row is None else dict(row)
