@@ -2,8 +2,8 @@
 cluster_svc's row with the same ID.
 
 e2e tests and the chaos scenarios both call :func:`compare` (through
-``Pair.compare``); what it compares is :data:`COMPARED`, one entry per
-resource, and nothing else here names a table or a column.
+``Pair.compare``); what it compares is :func:`compared`, one entry per
+resource, derived from the platform's registry: nothing here names a table or a column.
 """
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
+
+from platform_svc.content import OWNER, owned
+from platform_svc.resources import RESOURCES
 
 
 @dataclass(frozen=True)
@@ -25,28 +28,22 @@ class Compared:
     parent: tuple[str, str] | None = None
 
 
-# What is compared, resource by resource, parents first. The first field of a
-# resource without a parent says whose an object is (the platform's account,
-# cluster_svc's team); an object with a parent is its parent's owner's.
-COMPARED = (
-    Compared(
-        "clusters",
-        (
-            ("account_id", "team_id"),
-            ("name", "name"),
-            ("region", "region"),
-            ("postgres_version", "postgres_version"),
-            ("plan", "plan"),
-            ("storage_gb", "storage_gb"),
-            ("generation", "generation"),
-        ),
-    ),
-    Compared(
-        "firewall_rules",
-        (("cluster_id", "cluster_id"), ("cidr", "cidr"), ("description", "description"), ("generation", "generation")),
-        parent=("cluster_id", "clusters"),
-    ),
-)
+def compared() -> tuple[Compared, ...]:
+    """What is compared, resource by resource (the platform's registry), parents first.
+
+    The fields are those the platform owns and pushes (:mod:`platform_svc.content`),
+    the columns naming the object's ancestors, and the generation. The first
+    field of a resource without a parent says whose an object is (the
+    platform's account, cluster_svc's team); an object with a parent is its
+    parent's owner's.
+    """
+    kinds = []
+    for resource in RESOURCES:
+        owner = (("account_id", OWNER),) if resource.parent is None else ()
+        names = [*resource.scope_columns, *sorted(owned(resource) - {OWNER}), "generation"]
+        parent = None if resource.parent is None else (resource.parent_column, resource.parent.table.name)
+        kinds.append(Compared(resource.table.name, (*owner, *((name, name) for name in names)), parent))
+    return tuple(kinds)
 
 
 @dataclass(frozen=True)
@@ -104,12 +101,13 @@ def compare(platform: Engine, downstream: Engine, *, account_id: str | None = No
     result = Comparison()
     ours: dict[str, dict[str, dict]] = {}
     theirs: dict[str, dict[str, dict]] = {}
-    for kind in COMPARED:
+    kinds = compared()
+    for kind in kinds:
         ours[kind.table] = _rows(platform, kind.table)
         theirs[kind.table] = _rows(downstream, kind.table)
         if account_id is not None:
             _scope(kind, ours, theirs, str(account_id))
-    for kind in COMPARED:
+    for kind in kinds:
         for object_id, row in ours[kind.table].items():
             problem = lambda what: result.problems.append(Problem(kind.table, object_id, what))  # noqa: E731
             deleted = row["deleted_at"] is not None

@@ -398,6 +398,11 @@ class FaultProxy:
             self._holds.append(hold)
         return hold
 
+    def clear_rules(self) -> None:
+        """Forward everything from now on (a fault that was lasting stops)."""
+        with self._lock:
+            self._rules.clear()
+
     # -- what the test reads ------------------------------------------------
 
     @property

@@ -36,6 +36,7 @@ from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from platform_svc.resources import RESOURCES
 from tooling.compare import Comparison, compare
 from tooling.faultproxy import FaultProxy
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
@@ -451,7 +452,7 @@ class Pair:
 
     def all_synced(self) -> bool:
         """The current account has rows, and every one of them (of every resource) is synced."""
-        tables = ("clusters", "firewall_rules")
+        tables = [resource.table.name for resource in RESOURCES]
         return {row["sync_state"] for table in tables for row in self.platform_rows(table).values()} == {"synced"}
 
     def assert_downstream_matches(self) -> None:

@@ -20,37 +20,38 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from tests.e2e.conftest import (
-    CLUSTER_FIELDS,
-    RULE_FIELDS,
-    TOKEN,
-    cluster_body,
-    start_pair,
-)
+from tests.e2e.conftest import TOKEN, cluster_body, start_pair
+from tooling.compare import compared
 from tests.e2e.metrics_helpers import scrape, value
 
 CLUSTERS = "/v1/clusters"
 
 
 @pytest.fixture(scope="module")
-def pair(pg_server_url):
-    pair = start_pair(pg_server_url)
+def pair(pg_server_url, tmp_path_factory):
+    """A pair of the module's own, with one account: its tests run repair and the reconciler
+    over every row, and one stops cluster_svc."""
+    pair = start_pair(pg_server_url, tmp_path_factory.mktemp("content_repair"))
     try:
+        pair.use_account(pair.account("content repair"))
         yield pair
     finally:
-        pair.close()
+        pair.stop()
 
 
 def assert_level(pair, clusters=(), rules=()):
     """These objects are synced on the platform and cluster_svc holds exactly their fields."""
-    for table, fields, ids in (("clusters", CLUSTER_FIELDS, clusters), ("firewall_rules", RULE_FIELDS, rules)):
+    fields = {kind.table: kind.fields for kind in compared()}
+    for table, ids in (("clusters", clusters), ("firewall_rules", rules)):
         platform, theirs = pair.platform_rows(table), pair.cluster_svc_rows(table)
         for object_id in ids:
             mine, there = platform[object_id], theirs[object_id]
             assert mine["sync_state"] == "synced", (table, object_id, mine["sync_error"])
             assert (mine["deleted_at"] is None) == (there["deleted_at"] is None), (table, object_id)
             if mine["deleted_at"] is None:
-                assert {f: str(there[f]) for f in fields} == {f: str(mine[f]) for f in fields}, (table, object_id)
+                assert {t: str(there[t]) for _, t in fields[table]} == {
+                    t: str(mine[o]) for o, t in fields[table]
+                }, (table, object_id)
 
 
 def created(pair, path, body):

@@ -105,11 +105,12 @@ def test_recovery_after_a_long_outage_drains_within_seconds_not_when_backoffs_en
 # The reconciler tells when cluster_svc fails and when it answers again ---------------------------
 
 
-def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(pair):
+def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(fresh_pair):
     """The README's outage demo: cluster_svc frozen, a couple of creates go
     pending, cluster_svc thawed. The reconciler's pushes of those rows only
     wait (a frozen process accepts connections and answers nothing), then are
     served once it thaws; the reconciler still tells both moments."""
+    pair = fresh_pair  # of its own: it freezes cluster_svc
     frozen = pair.cluster_svc.process.pid
     with pair.reconciler() as reconciler:
         os.killpg(frozen, signal.SIGSTOP)
@@ -135,10 +136,11 @@ def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(pair):
     pair.assert_downstream_matches()
 
 
-def test_a_lone_row_failing_among_healthy_ones_is_not_an_outage(pair):
+def test_a_lone_row_failing_among_healthy_ones_is_not_an_outage(fresh_pair):
     """One row's pushes fail (the proxy resets every request about it) while
     cluster_svc serves everything else: nothing about cluster_svc is logged,
     however often that row fails."""
+    pair = fresh_pair  # of its own: it stops cluster_svc
     pair.stop_cluster_svc()
     unlucky, *others = create_pending(pair, 6)
     pair.restart_cluster_svc()
@@ -300,10 +302,11 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     pair.assert_downstream_matches()
 
 
-def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_second_and_a_half(pair):
+def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_second_and_a_half(fresh_pair):
     """Before any worker's breaker has opened, each create waits on the frozen
     service for the inline push's whole budget: about a second, not the ~3.3 s
     of three read timeouts and two pauses."""
+    pair = fresh_pair  # of its own: it freezes cluster_svc and opens the breakers
     frozen = pair.cluster_svc.process.pid
     os.killpg(frozen, signal.SIGSTOP)
     try:

@@ -19,7 +19,7 @@ def raw_post(pair, path: str, body: dict, *key_lines: str) -> tuple[int, dict]:
     head = [
         f"POST {path} HTTP/1.1",
         f"Host: 127.0.0.1:{pair.platform_svc.port}",
-        f"Authorization: {pair.http.headers['Authorization']}",
+        f"Authorization: Bearer {pair.api_key}",
         "Content-Type: application/json",
         f"Content-Length: {len(payload)}",
         *(f"Idempotency-Key: {key}" for key in key_lines),

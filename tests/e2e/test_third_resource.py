@@ -16,8 +16,7 @@ from sqlalchemy import text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from shared.cli import migrate
-from tests.e2e.conftest import Pair, cluster_body
+from tests.e2e.conftest import Pair, cluster_body, with_account
 from tooling.testing import ROOT, fresh_database
 
 NOTES_ENV = {"RESOURCE_MODULES": "tests.e2e.notes", "PYTHONPATH": str(ROOT)}
@@ -25,22 +24,28 @@ NOTE_FIELDS = ("cluster_id", "firewall_rule_id", "topic", "text", "generation")
 
 
 @pytest.fixture(scope="module")
-def pair(pg_server_url):
-    """One pair for the module: no test here kills, freezes or reconfigures a process."""
-    cluster_db_url = fresh_database(pg_server_url, "e2e_cluster")
-    platform_db_url = fresh_database(pg_server_url, "e2e_platform")
-    migrate(CLUSTER_MIGRATIONS, cluster_db_url)
-    migrate(PLATFORM_MIGRATIONS, platform_db_url)
+def module_pair(pg_server_url, tmp_path_factory):
+    """One pair for the module, with the notes loaded: no test here kills, freezes or reconfigures a process."""
+    cluster_db_url = fresh_database(pg_server_url, "cluster", migrations=CLUSTER_MIGRATIONS)
+    platform_db_url = fresh_database(pg_server_url, "platform", migrations=PLATFORM_MIGRATIONS)
     # What a deployment's own migration would do for its added resource.
     subprocess.run(
         [sys.executable, "-m", "tests.e2e.notes", cluster_db_url, platform_db_url], cwd=ROOT, check=True
     )
-    pair = Pair(cluster_db_url, platform_db_url, env=NOTES_ENV)
-    try:
-        pair.start()
+    pair = Pair(
+        cluster_db_url=cluster_db_url,
+        platform_db_url=platform_db_url,
+        workdir=tmp_path_factory.mktemp("notes"),
+        env=NOTES_ENV,
+    )
+    with pair:
         yield pair
-    finally:
-        pair.close()
+
+
+@pytest.fixture
+def pair(module_pair, request):
+    """The module's pair, with an account of this test's own."""
+    return with_account(module_pair, request)
 
 
 def internal_rule(pair: Pair) -> tuple[str, str]:
@@ -137,7 +142,7 @@ def test_the_platform_pushes_repairs_and_reports_the_added_resource(pair):
     # cluster_svc loses the note behind the platform's back: repair finds it, the reconciler restores it.
     with pair.cluster_engine.begin() as conn:
         conn.execute(text("DELETE FROM notes WHERE id = :id"), {"id": note_id})
-    repaired = pair.cli("repair")
+    repaired = pair.cli("repair")  # every account's objects: this module's others are all in line
     assert repaired.returncode == 0, repaired.stderr
     assert f"missing note {note_id}" in repaired.stdout
     status = pair.cli("sync-status")
