@@ -33,16 +33,11 @@ from sqlalchemy import text
 
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
-from tests.chaos.convergence import KINDS
-from tests.chaos.harness import (
-    Burst,
-    PublicApi,
-    cluster_body,
-    expect,
-    rule_body,
-    run_all,
-)
+from tests.chaos.convergence import read_audit, scenario_figures
+from tests.chaos.harness import Burst, cluster_body, rule_body, run_all
 from tooling import embedded_pg
+from tooling.compare import compared
+from tooling.pair import PublicApi, expect
 
 FINDINGS = ("missing", "behind", "ahead", "diverged", "undeleted", "deleted_downstream", "orphan")
 REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
@@ -77,13 +72,14 @@ class Sides:
     """Both databases read once: each object's row on either side, by table and ID."""
 
     def __init__(self, pair) -> None:
-        self.ours = {kind.table: rows(pair.platform_engine, kind.table) for kind in KINDS}
-        self.theirs = {kind.table: rows(pair.cluster_engine, kind.table) for kind in KINDS}
+        self.kinds = compared()
+        self.ours = {kind.table: rows(pair.platform_engine, kind.table) for kind in self.kinds}
+        self.theirs = {kind.table: rows(pair.cluster_engine, kind.table) for kind in self.kinds}
 
     def differing(self) -> dict[str, str]:
         """Every object the platform knows that cluster_svc holds otherwise, with why (``table id`` -> why)."""
         found = {}
-        for kind in KINDS:
+        for kind in self.kinds:
             for object_id, mine in self.ours[kind.table].items():
                 there = self.theirs[kind.table].get(object_id)
                 key = f"{kind.table} {object_id}"
@@ -105,7 +101,7 @@ class Sides:
         """Live objects downstream that the platform does not know (``table id``)."""
         return {
             f"{kind.table} {object_id}"
-            for kind in KINDS
+            for kind in self.kinds
             for object_id, there in self.theirs[kind.table].items()
             if there["deleted_at"] is None and object_id not in self.ours[kind.table]
         }
@@ -114,7 +110,7 @@ class Sides:
         """Objects alive on the platform, tombstones downstream (deleted after the dump)."""
         return {
             f"{kind.table} {object_id}"
-            for kind in KINDS
+            for kind in self.kinds
             for object_id, mine in self.ours[kind.table].items()
             if mine["deleted_at"] is None
             and (there := self.theirs[kind.table].get(object_id)) is not None
@@ -181,7 +177,7 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
     rng.shuffle(calls)
     dump = pair.workdir / "platform.dump"
 
-    with pair.reconciler_running():  # the default interval: no repair pass within this phase
+    with pair.reconciler("--concurrency", "4"):  # the default interval: no repair pass within this phase
         burst = Burst(calls, scale.threads).start()
         burst.wait_finished(len(calls) // 4)
         embedded_pg.dump(pair.platform_db_url, dump)
@@ -190,9 +186,9 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
     pair.converge()
     assert pair.compare().exact  # all written and synced, before the restore
 
-    pair.platform.stop()
+    pair.platform_svc.stop()
     embedded_pg.restore(pair.platform_db_url, dump)
-    pair.restart_platform()
+    pair.restart_platform_svc()
     pair.events["restore platform's database from an older dump"] += 1
     restored_at = time.monotonic()
     before = Sides(pair)
@@ -211,16 +207,14 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
                 [{"storage_gb": mine.randint(10, 4096), "plan": mine.choice(PLANS)} for _ in range(3)])
         for c in owned
     ]
-    log = pair.workdir / "reconciler.log"
-    log_start = log.stat().st_size
-    with pair.reconciler_running(options=("--repair-interval", REPAIR_INTERVAL)):
+    with pair.reconciler("--concurrency", "4", "--repair-interval", REPAIR_INTERVAL) as reconciler:
         patching = Burst(jobs, scale.threads).start()
         assert not [r for r in patching.results() if isinstance(r, BaseException)]
         deadline = time.monotonic() + 180
         while True:
             after = Sides(pair)
             left = {key: why for key, why in after.differing().items() if key not in gone}
-            reported = log.read_text()[log_start:]
+            reported = reconciler.output()
             told = {f"{t}s {i}" for t, i in re.findall(r"repair: orphan (cluster|firewall_rule) ([0-9a-f-]{36})", reported)}
             if not left and orphans <= told:
                 break
@@ -233,7 +227,8 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
 
     comparison = pair.compare()
     figures.append(
-        pair.figures(
+        scenario_figures(
+            pair,
             "10 restore of platform's db",
             mark,
             comparison,
@@ -259,6 +254,6 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
         assert row["sync_state"] == "failed" and "deleted in cluster_svc" in row["sync_error"], row
     assert repaired["ahead"] + pushed_ahead > 0 and repaired["orphan"] >= len(orphans), repaired
     assert repaired["missing"] == repaired["behind"] == repaired["undeleted"] == 0, repaired
-    audit = pair.audit()
+    audit = read_audit(pair)
     assert audit.regressions == audit.resurrections == audit.duplicates == audit.hard_deletes == 0, audit
     assert pair.public_5xx(mark) == 0

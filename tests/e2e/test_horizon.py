@@ -1,18 +1,17 @@
 """The UUIDv7 horizon on real processes, with a horizon of seconds instead of days.
 
-Both services and the CLI as a user runs them (tests.e2e.conftest's Pair),
-with ``ID_HORIZON_SECONDS`` shortened, ``cluster-svc purge --every`` running
-where the test says, and the fault proxy between platform_svc and cluster_svc
-where a request must arrive late. Waiting for an ID to expire is waiting for
-a time the ID itself names, never for a race to go one way.
+Both services and the CLI as a user runs them (tooling.pair's Pair): a pair
+of the test's own where ``ID_HORIZON_SECONDS`` is shortened (``new_pair``),
+``cluster-svc purge --every`` running where the test says, and the pair's
+fault proxy between platform_svc and cluster_svc where a request must arrive
+late. Waiting for an ID to expire is waiting for a time the ID itself names,
+never for a race to go one way.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections import Counter
@@ -20,45 +19,25 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import uuid6
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from shared.cli import migrate
 from shared.horizon import Horizon, uuid7_millis
-from tests.e2e.conftest import TOKEN, Pair, cluster_body, wait_for
-from tooling.faultproxy import FaultProxy
-from tooling.testing import console_script, fresh_database, uuid7_ago
+from tests.e2e.conftest import cluster_body, wait_for
+from tooling.testing import console_script, uuid7_ago
 
 
-@contextmanager
-def horizon_pair(pg_server_url, seconds: float, *, proxy: bool = False):
-    """A started Pair whose services both run with ``ID_HORIZON_SECONDS=seconds``; with ``proxy``,
-    platform_svc reaches cluster_svc through a fault proxy. Yields ``(pair, proxy or None)``."""
-    cluster_db_url = fresh_database(pg_server_url, "e2e_cluster")
-    platform_db_url = fresh_database(pg_server_url, "e2e_platform")
-    migrate(CLUSTER_MIGRATIONS, cluster_db_url)
-    migrate(PLATFORM_MIGRATIONS, platform_db_url)
-    pair = Pair(cluster_db_url, platform_db_url, env={"ID_HORIZON_SECONDS": str(seconds)})
-    fault = None
-    try:
-        if proxy:
-            fault = FaultProxy(pair.cluster_svc.url).start()
-            pair.platform_env["CLUSTER_SVC_URL"] = pair.platform_svc.env["CLUSTER_SVC_URL"] = fault.url
-        pair.start()
-        yield pair, fault
-    finally:
-        pair.close()
-        if fault is not None:
-            fault.stop()
+def horizon_pair(new_pair, seconds: float, *, proxy: bool = False):
+    """A pair of the test's own (it reconfigures the horizon) whose services both run with
+    ``ID_HORIZON_SECONDS=seconds``; with ``proxy``, platform_svc reaches cluster_svc through
+    the fault proxy (``pair.proxy``)."""
+    return new_pair(env={"ID_HORIZON_SECONDS": str(seconds)}, proxy=proxy)
 
 
 def cluster_svc_cli(pair, *args, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [console_script("cluster-svc"), *args], env={**os.environ, **pair.cluster_env},
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True, text=True, timeout=timeout, check=False,
     )
 
 
@@ -100,34 +79,35 @@ def internal_cluster(**overrides):
 # -- a late create of a purged ID ------------------------------------------------------------
 
 
-def test_a_late_create_of_a_purged_id_held_in_the_proxy_answers_410_and_leaves_no_row(pg_server_url):
+def test_a_late_create_of_a_purged_id_held_in_the_proxy_answers_410_and_leaves_no_row(new_pair):
     horizon = Horizon(6)  # longer than the inline push takes to give up on a held request
-    with horizon_pair(pg_server_url, horizon.seconds, proxy=True) as (pair, proxy):
-        hold = proxy.hold(method="POST", path="/v1/clusters")
-        created = pair.api("POST", "/v1/clusters", json=cluster_body(name="late"))
-        cluster_id = created.json()["id"]
-        assert (created.status_code, created.json()["sync_state"]) == (201, "pending")
-        assert hold.wait_held(timeout=30).object_id == cluster_id
+    pair = horizon_pair(new_pair, horizon.seconds, proxy=True)
+    proxy = pair.proxy
+    hold = proxy.hold(method="POST", path="/v1/clusters")
+    created = pair.api("POST", "/v1/clusters", json=cluster_body(name="late"))
+    cluster_id = created.json()["id"]
+    assert (created.status_code, created.json()["sync_state"]) == (201, "pending")
+    assert hold.wait_held(timeout=30).object_id == cluster_id
 
-        assert pair.api("DELETE", f"/v1/clusters/{cluster_id}").status_code == 204  # a tombstone downstream
-        assert pair.cluster_svc_rows("clusters")[cluster_id]["deleted_at"] is not None
-        until_purgeable(horizon, cluster_id)
-        purged = cluster_svc_cli(pair, "purge")
-        assert purged.returncode == 0 and purged.stdout.startswith("purge: removed 1 clusters"), purged.stdout
-        assert cluster_id not in pair.cluster_svc_rows("clusters")
+    assert pair.api("DELETE", f"/v1/clusters/{cluster_id}").status_code == 204  # a tombstone downstream
+    assert pair.cluster_svc_rows("clusters")[cluster_id]["deleted_at"] is not None
+    until_purgeable(horizon, cluster_id)
+    purged = cluster_svc_cli(pair, "purge")
+    assert purged.returncode == 0 and purged.stdout.startswith("purge: removed 1 clusters"), purged.stdout
+    assert cluster_id not in pair.cluster_svc_rows("clusters")
 
-        hold.release()
-        released = hold.wait_done(timeout=30)
+    hold.release()
+    released = hold.wait_done(timeout=30)
 
-        assert released and [exchange.status for exchange in released] == [410] * len(released)
-        assert {exchange.answer()["code"] for exchange in released} == {"id_expired"}
-        assert cluster_id not in pair.cluster_svc_rows("clusters")  # no row: nothing came back
-        platform = pair.platform_rows("clusters")[cluster_id]
-        assert platform["deleted_at"] is not None and platform["sync_state"] == "synced"
-        assert pair.cli("purge").stdout.startswith("purge: removed 1 clusters")
-        assert cluster_id not in pair.platform_rows("clusters")
-        response = pair.api("GET", f"/v1/clusters/{cluster_id}")
-        assert (response.status_code, response.json()["code"]) == (410, "id_expired")
+    assert released and [exchange.status for exchange in released] == [410] * len(released)
+    assert {exchange.answer()["code"] for exchange in released} == {"id_expired"}
+    assert cluster_id not in pair.cluster_svc_rows("clusters")  # no row: nothing came back
+    platform = pair.platform_rows("clusters")[cluster_id]
+    assert platform["deleted_at"] is not None and platform["sync_state"] == "synced"
+    assert pair.cli("purge").stdout.startswith("purge: removed 1 clusters")
+    assert cluster_id not in pair.platform_rows("clusters")
+    response = pair.api("GET", f"/v1/clusters/{cluster_id}")
+    assert (response.status_code, response.json()["code"]) == (410, "id_expired")
 
 
 # -- the bound -------------------------------------------------------------------------------
@@ -136,86 +116,86 @@ CYCLES = 200
 EVERY = 0.2
 
 
-def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(pg_server_url, tmp_path):
+def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(new_pair, tmp_path):
     """N create/delete cycles with a 1 s horizon and purge every 0.2 s. At every sample, the
     tombstones gauge never exceeds the deletes of IDs born within horizon + grace + interval
     (+ 0.5 s for a pass and a scrape); afterwards the table empties."""
     horizon = Horizon(1)
     window = horizon.seconds + horizon.grace + EVERY + 0.5
-    with horizon_pair(pg_server_url, horizon.seconds) as (pair, _):
-        before = gauge(pair, "tombstones")
-        born: list[float] = []
-        samples: list[tuple[float, float, int]] = []  # (tombstones, allowed, deletes so far)
-        with purging_every(pair, EVERY, tmp_path / "purge.out"):
-            started = time.monotonic()
-            for n in range(CYCLES):
-                body = internal_cluster(name=f"cycle-{n}")
-                assert pair.internal("POST", "/v1/clusters", json=body).status_code == 201
-                assert pair.internal("DELETE", f"/v1/clusters/{body['id']}").status_code == 204
-                born.append(uuid7_millis(body["id"]) / 1000)
-                if n % 10 == 9:
-                    since = time.time() - window
-                    tombstones = gauge(pair, "tombstones")
-                    samples.append((tombstones, sum(1 for b in born if b >= since), len(born)))
-            cycling = time.monotonic() - started
-            after_cycles = gauge(pair, "tombstones")
-            wait_for(lambda: gauge(pair, "tombstones") == 0, timeout=window + 10, what="every tombstone purged")
-        peak = max(samples)
-        print(
-            f"\nbound: {CYCLES} create/delete cycles in {cycling:.1f} s, horizon {horizon.seconds:g} s, purge every "
-            f"{EVERY} s: tombstones before {before:g}, peak {peak[0]:g} (allowed {peak[1]}), right after the "
-            f"cycles {after_cycles:g}, settled 0; never more than the deletes of the last {window:.1f} s"
-        )
-        assert before == 0
-        for tombstones, allowed, deleted in samples:
-            assert tombstones <= allowed, (tombstones, allowed, deleted)
-        assert max(s[0] for s in samples) < CYCLES  # the bound held well below the unbounded count
-        assert gauge(pair, "tombstone_oldest_seconds") == 0
+    pair = horizon_pair(new_pair, horizon.seconds)
+    before = gauge(pair, "tombstones")
+    born: list[float] = []
+    samples: list[tuple[float, float, int]] = []  # (tombstones, allowed, deletes so far)
+    with purging_every(pair, EVERY, tmp_path / "purge.out"):
+        started = time.monotonic()
+        for n in range(CYCLES):
+            body = internal_cluster(name=f"cycle-{n}")
+            assert pair.internal("POST", "/v1/clusters", json=body).status_code == 201
+            assert pair.internal("DELETE", f"/v1/clusters/{body['id']}").status_code == 204
+            born.append(uuid7_millis(body["id"]) / 1000)
+            if n % 10 == 9:
+                since = time.time() - window
+                tombstones = gauge(pair, "tombstones")
+                samples.append((tombstones, sum(1 for b in born if b >= since), len(born)))
+        cycling = time.monotonic() - started
+        after_cycles = gauge(pair, "tombstones")
+        wait_for(lambda: gauge(pair, "tombstones") == 0, timeout=window + 10, what="every tombstone purged")
+    peak = max(samples)
+    print(
+        f"\nbound: {CYCLES} create/delete cycles in {cycling:.1f} s, horizon {horizon.seconds:g} s, purge every "
+        f"{EVERY} s: tombstones before {before:g}, peak {peak[0]:g} (allowed {peak[1]}), right after the "
+        f"cycles {after_cycles:g}, settled 0; never more than the deletes of the last {window:.1f} s"
+    )
+    assert before == 0
+    for tombstones, allowed, deleted in samples:
+        assert tombstones <= allowed, (tombstones, allowed, deleted)
+    assert max(s[0] for s in samples) < CYCLES  # the bound held well below the unbounded count
+    assert gauge(pair, "tombstone_oldest_seconds") == 0
 
 
 # -- purge racing writes ---------------------------------------------------------------------
 
 
 def test_purge_racing_creates_of_fresh_ids_and_deletes_of_old_ones_loses_nothing_and_revives_nothing(
-    pg_server_url, tmp_path
+    new_pair, tmp_path
 ):
     """Whatever the order: every fresh create stays, every old object ends deleted and then
     purged, and no create of an old ID after its delete is ever accepted."""
     horizon = Horizon(2)
-    with horizon_pair(pg_server_url, horizon.seconds) as (pair, _):
-        old = []
-        for n in range(40):
-            old.append(internal_cluster(name=f"old-{n}"))  # its ID made now, as it is sent
-            assert pair.internal("POST", "/v1/clusters", json=old[-1]).status_code == 201
-        until_purgeable(horizon, old[-1]["id"])  # every one is old now, and still alive
-        fresh: list[dict] = []
+    pair = horizon_pair(new_pair, horizon.seconds)
+    old = []
+    for n in range(40):
+        old.append(internal_cluster(name=f"old-{n}"))  # its ID made now, as it is sent
+        assert pair.internal("POST", "/v1/clusters", json=old[-1]).status_code == 201
+    until_purgeable(horizon, old[-1]["id"])  # every one is old now, and still alive
+    fresh: list[dict] = []
 
-        def delete_then_recreate(body):
-            deleted = pair.internal("DELETE", f"/v1/clusters/{body['id']}").status_code
-            again = pair.internal("POST", "/v1/clusters", json=body)
-            return deleted, again.status_code, again.json()["code"]
+    def delete_then_recreate(body):
+        deleted = pair.internal("DELETE", f"/v1/clusters/{body['id']}").status_code
+        again = pair.internal("POST", "/v1/clusters", json=body)
+        return deleted, again.status_code, again.json()["code"]
 
-        def create(n):
-            body = internal_cluster(name=f"fresh-{n}")  # its ID made as it is sent
-            fresh.append(body)
-            return pair.internal("POST", "/v1/clusters", json=body).status_code
+    def create(n):
+        body = internal_cluster(name=f"fresh-{n}")  # its ID made as it is sent
+        fresh.append(body)
+        return pair.internal("POST", "/v1/clusters", json=body).status_code
 
-        with purging_every(pair, 0.02, tmp_path / "purge.out"), ThreadPoolExecutor(8) as pool:
-            olds = pool.map(delete_then_recreate, old)
-            news = pool.map(create, range(40))
-            old_answers, new_answers = list(olds), list(news)
+    with purging_every(pair, 0.02, tmp_path / "purge.out"), ThreadPoolExecutor(8) as pool:
+        olds = pool.map(delete_then_recreate, old)
+        news = pool.map(create, range(40))
+        old_answers, new_answers = list(olds), list(news)
 
-        assert {deleted for deleted, _, _ in old_answers} == {204}
-        assert Counter(status for _, status, _ in old_answers) == Counter({410: len(old)})  # gone or id_expired
-        assert set(new_answers) == {201}
-        rows = pair.cluster_svc_rows("clusters")
-        assert all(rows[body["id"]]["deleted_at"] is None for body in fresh)
-        assert all(body["id"] not in rows or rows[body["id"]]["deleted_at"] is not None for body in old)
-        final = cluster_svc_cli(pair, "purge")
-        assert final.returncode == 0
-        rows = pair.cluster_svc_rows("clusters")
-        assert not any(body["id"] in rows for body in old)  # every old tombstone purged
-        assert all(rows[body["id"]]["deleted_at"] is None for body in fresh)
+    assert {deleted for deleted, _, _ in old_answers} == {204}
+    assert Counter(status for _, status, _ in old_answers) == Counter({410: len(old)})  # gone or id_expired
+    assert set(new_answers) == {201}
+    rows = pair.cluster_svc_rows("clusters")
+    assert all(rows[body["id"]]["deleted_at"] is None for body in fresh)
+    assert all(body["id"] not in rows or rows[body["id"]]["deleted_at"] is not None for body in old)
+    final = cluster_svc_cli(pair, "purge")
+    assert final.returncode == 0
+    rows = pair.cluster_svc_rows("clusters")
+    assert not any(body["id"] in rows for body in old)  # every old tombstone purged
+    assert all(rows[body["id"]]["deleted_at"] is None for body in fresh)
 
 
 # -- IDs from the future ---------------------------------------------------------------------
@@ -235,28 +215,28 @@ def test_ids_from_the_future_answer_422_and_store_nothing(pair):
 # -- repair after purges ---------------------------------------------------------------------
 
 
-def test_repair_after_purges_on_both_sides_finds_nothing(pg_server_url):
+def test_repair_after_purges_on_both_sides_finds_nothing(new_pair):
     horizon = Horizon(2)
-    with horizon_pair(pg_server_url, horizon.seconds) as (pair, _):
-        made = []
-        for n in range(3):
-            cluster = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"db-{n}")).json()
-            rule = pair.api("POST", f"/v1/clusters/{cluster['id']}/firewall-rules", json={"cidr": "10.0.0.0/8"}).json()
-            assert cluster["sync_state"] == rule["sync_state"] == "synced"
-            made.append((cluster["id"], rule["id"]))
-        assert pair.api("DELETE", f"/v1/clusters/{made[0][0]}").status_code == 204
-        assert pair.api("DELETE", f"/v1/clusters/{made[1][0]}/firewall-rules/{made[1][1]}").status_code == 204
-        assert pair.cli("reconcile", "--once").returncode == 0  # the deleted cluster's rule, confirmed
-        assert pair.all_synced()
-        until_purgeable(horizon, made[-1][1])
+    pair = horizon_pair(new_pair, horizon.seconds)
+    made = []
+    for n in range(3):
+        cluster = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"db-{n}")).json()
+        rule = pair.api("POST", f"/v1/clusters/{cluster['id']}/firewall-rules", json={"cidr": "10.0.0.0/8"}).json()
+        assert cluster["sync_state"] == rule["sync_state"] == "synced"
+        made.append((cluster["id"], rule["id"]))
+    assert pair.api("DELETE", f"/v1/clusters/{made[0][0]}").status_code == 204
+    assert pair.api("DELETE", f"/v1/clusters/{made[1][0]}/firewall-rules/{made[1][1]}").status_code == 204
+    assert pair.cli("reconcile", "--once").returncode == 0  # the deleted cluster's rule, confirmed
+    assert pair.all_synced()
+    until_purgeable(horizon, made[-1][1])
 
-        downstream = cluster_svc_cli(pair, "purge")
-        assert downstream.stdout.startswith("purge: removed 1 clusters, 2 firewall_rules"), downstream.stdout
-        first = pair.cli("repair")
-        with pair.reconciler("--purge-interval", "0.3", "--repair-interval", "0") as reconciler:
-            wait_for(lambda: made[0][0] not in pair.platform_rows("clusters"), what="the leader's purge")
-            output = reconciler.output()
-        second = pair.cli("repair")
+    downstream = cluster_svc_cli(pair, "purge")
+    assert downstream.stdout.startswith("purge: removed 1 clusters, 2 firewall_rules"), downstream.stdout
+    first = pair.cli("repair")
+    with pair.reconciler("--purge-interval", "0.3", "--repair-interval", "0") as reconciler:
+        wait_for(lambda: made[0][0] not in pair.platform_rows("clusters"), what="the leader's purge")
+        output = reconciler.output()
+    second = pair.cli("repair")
 
     for result in (first, second):
         assert result.returncode == 0, result.stderr
