@@ -111,7 +111,7 @@ def compare(platform: Engine, downstream: Engine, *, account_id: str | None = No
             _scope(kind, ours, theirs, str(account_id))
     for kind in COMPARED:
         for object_id, row in ours[kind.table].items():
-            problem = lambda what: result.problems.append(Problem(kind.table, object_id, what))
+            problem = lambda what, table=kind.table, oid=object_id: result.problems.append(Problem(table, oid, what))
             deleted = row["deleted_at"] is not None
             result.platform[f"{kind.table} {'deleted' if deleted else 'live'}"] += 1
             if row["sync_state"] != "synced":
