@@ -109,7 +109,7 @@ def compare(platform: Engine, downstream: Engine, *, account_id: str | None = No
             _scope(kind, ours, theirs, str(account_id))
     for kind in kinds:
         for object_id, row in ours[kind.table].items():
-            problem = lambda what: result.problems.append(Problem(kind.table, object_id, what))  # noqa: E731
+            problem = lambda what, table=kind.table, oid=object_id: result.problems.append(Problem(table, oid, what))
             deleted = row["deleted_at"] is not None
             result.platform[f"{kind.table} {'deleted' if deleted else 'live'}"] += 1
             if row["sync_state"] != "synced":
@@ -149,11 +149,11 @@ def _scope(kind: Compared, ours: dict, theirs: dict, account_id: str) -> None:
     ours[kind.table] = {i: row for i, row in ours[kind.table].items() if str(row["account_id"]) == account_id}
     if kind.parent is None:
         owner = kind.fields[0][1]
-        keep = lambda i, row: i in ours[kind.table] or str(row[owner]) == account_id  # noqa: E731
+        keep = lambda i, row: i in ours[kind.table] or str(row[owner]) == account_id
     else:
         column, table = kind.parent
         parents = theirs[table].keys() | ours[table].keys()
-        keep = lambda i, row: i in ours[kind.table] or str(row[column]) in parents  # noqa: E731
+        keep = lambda i, row: i in ours[kind.table] or str(row[column]) in parents
     theirs[kind.table] = {i: row for i, row in theirs[kind.table].items() if keep(i, row)}
 
 
@@ -165,5 +165,5 @@ def _parent_tombstone(kind: Compared, row: dict, theirs: dict) -> bool:
 
 def _rows(engine: Engine, table: str) -> dict[str, dict]:
     with engine.connect() as conn:
-        rows = conn.execute(text(f"SELECT * FROM {table}")).mappings().all()  # noqa: S608 (fixed names)
+        rows = conn.execute(text(f"SELECT * FROM {table}")).mappings().all()  # fixed names
     return {str(row["id"]): dict(row) for row in rows}

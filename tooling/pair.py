@@ -282,6 +282,7 @@ class Pair:
             capture_output=True,
             text=True,
             timeout=timeout,
+            check=False,  # the test reads the exit code
         )
 
     @contextmanager
