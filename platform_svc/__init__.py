@@ -54,11 +54,11 @@ class Settings:
     pool_size: int = 5
     breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
+    inline_lease: timedelta = timedelta(seconds=15)  # see inline_lease()
 
     @classmethod
     def from_env(cls) -> Settings:
         """:raise ConfigError: a required setting is missing (or one is malformed)."""
-        inline_lease()  # read by views.py when it is imported: a malformed one stops start-up here
         return cls(
             database_url=config.database_url("PLATFORM_DATABASE_URL"),
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
@@ -66,6 +66,7 @@ class Settings:
             pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
             breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
             id_horizon_seconds=config.id_horizon_seconds(),
+            inline_lease=inline_lease(),
         )
 
     @property
@@ -104,5 +105,6 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
     app.extensions["horizon"] = settings.horizon
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
+    app.extensions["inline_lease"] = settings.inline_lease
     api.register_blueprint(blueprint())
     return app

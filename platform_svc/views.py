@@ -10,7 +10,7 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import inline_lease, services
+from platform_svc import services
 from platform_svc.resources import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, page_of
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
@@ -19,10 +19,7 @@ from shared.horizon import Horizon
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
-# Long enough for the inline push with its quick retries; if this process dies
-# first, the lease runs out and the reconciler takes over.
-INLINE_LEASE = inline_lease()
-NO_LEASE = timedelta(0)
+NO_LEASE = timedelta(0)  # while the breaker is open: committed without a lease, the reconciler's at once
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -58,6 +55,13 @@ def idempotency_key() -> str | None:
     return services.check_idempotency_key(request.headers.get("Idempotency-Key"), request.environ)
 
 
+def inline_lease() -> timedelta:
+    """How long a public write's row is leased to its inline push (``INLINE_LEASE_SECONDS``): long
+    enough for the push with its quick retries; if this process dies first, the lease runs out
+    and the reconciler takes over."""
+    return current_app.extensions["inline_lease"]
+
+
 def pusher():
     return current_app.extensions["pusher"]
 
@@ -81,7 +85,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
             resource=resource,
             values=values,
             idempotency_key=key,
-            lease=INLINE_LEASE if pushing else NO_LEASE,
+            lease=inline_lease() if pushing else NO_LEASE,
             horizon=horizon(),
         )
     if not created:
@@ -93,7 +97,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
 
 def claim_for_push(resource: Resource, row: RowMapping, db_session: Connection) -> RowMapping | None:
     """Within the caller's transaction: take the lease if free (else the reconciler pushes)."""
-    return services.claim(db_session=db_session, resource=resource, object_id=row["id"], lease=INLINE_LEASE)
+    return services.claim(db_session=db_session, resource=resource, object_id=row["id"], lease=inline_lease())
 
 
 def push_if_claimed(resource: Resource, row: RowMapping, claimed: RowMapping | None) -> RowMapping:

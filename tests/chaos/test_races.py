@@ -119,7 +119,10 @@ def test_a_rule_create_released_after_its_cluster_was_deleted_answers_410(pair, 
     comparison = pair.compare()
     figures.append(scenario_figures(pair, "4c rule after cluster delete", mark, comparison, expected=expected(ledger, deleted=2)))
     assert comparison.exact, comparison.describe()
-    assert pair.cluster_row("firewall_rules", rule["id"]) is None
+    # Never created: only the bare tombstone its own delete recorded (no fields), which lets a
+    # repair see that delete confirmed.
+    row = pair.cluster_row("firewall_rules", rule["id"])
+    assert row["deleted_at"] is not None and row["cidr"] is None and row["description"] is None
     assert pair.platform_row("firewall_rules", rule["id"])["delete_synced_at"] is not None
 
 
