@@ -10,9 +10,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from shared.schemas import PLANS, REGIONS
+from tooling import embedded_pg
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,19 @@ class Burst:
 
 def run_all(calls: list[Callable[[], Any]], threads: int) -> list[Any]:
     return Burst(calls, threads).start().results()
+
+
+def dump_partway(pair: Any, calls: list[Callable[[], Any]], threads: int, *, database_url: str, after: int) -> Path:
+    """Run ``calls`` as a burst with a reconciler pushing, dump ``database_url`` once
+    ``after`` of them have finished, let the rest finish, and converge: both sides
+    are exact, and the dump is older than the database. Return the dump."""
+    dump = pair.workdir / "partway.dump"
+    with pair.reconciler("--concurrency", "4"):  # the default interval: no repair pass within this phase
+        burst = Burst(calls, threads).start()
+        burst.wait_finished(after)
+        embedded_pg.dump(database_url, dump)
+        results = burst.results()
+    assert not [r for r in results if isinstance(r, BaseException)]
+    pair.converge()
+    assert pair.compare().exact  # all written and synced, before the restore
+    return dump

@@ -34,7 +34,7 @@ from sqlalchemy import text
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import Burst, cluster_body, rule_body, run_all
+from tests.chaos.harness import Burst, cluster_body, dump_partway, rule_body, run_all
 from tooling import embedded_pg
 from tooling.compare import compared
 from tooling.pair import PublicApi, expect
@@ -175,16 +175,7 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
     deletes = [[("DELETE", f"{path}/{c['id']}", None, (202, 204))] for c in doomed]
     calls = [partial(in_turn, api, steps) for steps in creates + changes + deletes]
     rng.shuffle(calls)
-    dump = pair.workdir / "platform.dump"
-
-    with pair.reconciler("--concurrency", "4"):  # the default interval: no repair pass within this phase
-        burst = Burst(calls, scale.threads).start()
-        burst.wait_finished(len(calls) // 4)
-        embedded_pg.dump(pair.platform_db_url, dump)
-        results = burst.results()
-    assert not [r for r in results if isinstance(r, BaseException)]
-    pair.converge()
-    assert pair.compare().exact  # all written and synced, before the restore
+    dump = dump_partway(pair, calls, scale.threads, database_url=pair.platform_db_url, after=len(calls) // 4)
 
     pair.platform_svc.stop()
     embedded_pg.restore(pair.platform_db_url, dump)

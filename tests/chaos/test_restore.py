@@ -22,7 +22,7 @@ import pytest
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import Burst, cluster_body, rule_body, run_all
+from tests.chaos.harness import cluster_body, dump_partway, rule_body, run_all
 from tooling.pair import PublicApi, expect
 from tooling import embedded_pg
 
@@ -90,16 +90,7 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     deletes += [[("DELETE", rule_path(r), None, (202, 204))] for r in doomed_rules]
     calls = [partial(in_turn, api, steps) for steps in creates + changes + deletes]
     rng.shuffle(calls)
-    dump = pair.workdir / "cluster_svc.dump"
-
-    with pair.reconciler("--concurrency", "4"):  # the default interval: no repair pass within this phase
-        burst = Burst(calls, scale.threads).start()
-        burst.wait_finished(len(calls) // 3)
-        embedded_pg.dump(pair.cluster_db_url, dump)
-        results = burst.results()
-    assert not [r for r in results if isinstance(r, BaseException)]
-    pair.converge()
-    assert pair.compare().exact  # all written and synced, before the restore
+    dump = dump_partway(pair, calls, scale.threads, database_url=pair.cluster_db_url, after=len(calls) // 3)
 
     pair.cluster_svc.stop()
     embedded_pg.restore(pair.cluster_db_url, dump)
