@@ -74,3 +74,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             " tombstone (or a rule its deleted cluster answers for)"
         )
         terminalreporter.write_line(render(rows, header))
+
+
+# Modules whose tests run long, handed out first: pytest-xdist's loadscope gives
+# whole modules to its workers in collection order, and one long module handed
+# out last keeps one worker busy while the other idles.
+LONG_FIRST = ("tests/test_devrun.py", "tests/chaos/", "tests/e2e/")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long modules first, each module's tests in their own order (a stable sort)."""
+    items.sort(key=lambda item: next((i for i, p in enumerate(LONG_FIRST) if item.nodeid.startswith(p)), len(LONG_FIRST)))
