@@ -15,6 +15,10 @@ from typing import Any
 
 from shared.schemas import PLANS, REGIONS
 from tooling import embedded_pg
+from tooling.pair import PublicApi, expect
+
+
+REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
 
 
 @dataclass(frozen=True)
@@ -141,3 +145,12 @@ def dump_partway(pair: Any, calls: list[Callable[[], Any]], threads: int, *, dat
     pair.converge()
     assert pair.compare().exact  # all written and synced, before the restore
     return dump
+
+
+def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, ...]]]) -> None:
+    """One user's calls, each after the previous answered; a create's ID fills ``{id}`` in the next paths."""
+    created = None
+    for method, path, body, statuses in calls:
+        answer = expect(api.call(method, path.format(id=created), json=body), *statuses)
+        if method == "POST" and created is None:
+            created = answer["id"]

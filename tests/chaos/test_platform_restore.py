@@ -31,16 +31,15 @@ from functools import partial
 import pytest
 from sqlalchemy import text
 
+from shared.counters import REPAIR_FINDINGS
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import Burst, cluster_body, dump_partway, rule_body, run_all
+from tests.chaos.harness import REPAIR_INTERVAL, Burst, cluster_body, dump_partway, in_turn, rule_body, run_all
 from tooling import embedded_pg
 from tooling.compare import compared
 from tooling.pair import PublicApi, expect
 
-FINDINGS = ("missing", "behind", "ahead", "diverged", "undeleted", "deleted_downstream", "orphan")
-REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +47,6 @@ def pair(pg_server_url, platform_pg, tmp_path_factory, request):
     """Both services, platform_svc on a PostgreSQL of its own."""
     platform_server = embedded_pg.admin_url(platform_pg)
     yield from running_pair(request, tmp_path_factory, platform_server=platform_server, cluster_server=pg_server_url)
-
-
-def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, ...]]]) -> None:
-    """One user's calls, each after the previous answered; a create's ID fills ``{id}`` in the next paths."""
-    created = None
-    for method, path, body, statuses in calls:
-        answer = expect(api.call(method, path.format(id=created), json=body), *statuses)
-        if method == "POST" and created is None:
-            created = answer["id"]
 
 
 def rule_path(rule: dict) -> str:
@@ -226,7 +216,7 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
             expected=comparison.live_and_deleted(comparison.platform),
             notes=f"dump taken after {len(calls) // 4} of {len(calls)} writes; {len(differing)} objects the platform"
             f" knows differed after the restore ({', '.join(f'{n} {why}' for why, n in Counter(w.split(' (')[0] for w in differing.values()).most_common())});"
-            f" repair found: {', '.join(f'{repaired[f]} {f}' for f in FINDINGS)}; pushes answered ahead: {pushed_ahead};"
+            f" repair found: {', '.join(f'{repaired[f]} {f}' for f in REPAIR_FINDINGS)}; pushes answered ahead: {pushed_ahead};"
             f" {len(orphans)} created after the dump reported as orphans; {len(gone)} deleted after it failed"
             f" (deleted_downstream); {len(owned)} users' PATCHes meanwhile: {dict(patches.answers)}, {len(patches.lies)}"
             f" synced while cluster_svc held other fields; level {seconds:.1f} s after the restore",

@@ -22,12 +22,11 @@ import pytest
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, dump_partway, rule_body, run_all
-from tooling.pair import PublicApi, expect
+from tests.chaos.harness import REPAIR_INTERVAL, cluster_body, dump_partway, in_turn, rule_body, run_all
 from tooling import embedded_pg
 
+# What a restore of cluster_svc's database may show (never ahead or diverged: the platform holds the newer state).
 FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
-REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +34,6 @@ def pair(pg_server_url, cluster_pg, tmp_path_factory, request):
     """Both services, cluster_svc on a PostgreSQL of its own."""
     cluster_server = embedded_pg.admin_url(cluster_pg)
     yield from running_pair(request, tmp_path_factory, platform_server=pg_server_url, cluster_server=cluster_server)
-
-
-def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, ...]]]) -> None:
-    """One user's calls, each after the previous answered; a create's ID fills ``{id}`` in the next paths."""
-    created = None
-    for method, path, body, statuses in calls:
-        answer = expect(api.call(method, path.format(id=created), json=body), *statuses)
-        if method == "POST" and created is None:
-            created = answer["id"]
 
 
 def cluster_changes(rng: random.Random) -> dict:
