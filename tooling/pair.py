@@ -256,6 +256,17 @@ class Pair:
 
     # -- processes -----------------------------------------------------------------
 
+    @contextmanager
+    def frozen_cluster_svc(self) -> Iterator[None]:
+        """cluster_svc's master and workers stopped (SIGSTOP) for the block, then thawed:
+        connections are accepted and nothing is answered, as with a hung process."""
+        group = self.cluster_svc.process.pid
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(group, signal.SIGCONT)
+
     def stop_cluster_svc(self, sig: int = signal.SIGTERM) -> None:
         self.cluster_svc.stop(sig)
 

@@ -4,7 +4,6 @@ lost downstream, the inline circuit breaker, and what sync-status tells."""
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import time
@@ -111,10 +110,8 @@ def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(fresh_pair):
     wait (a frozen process accepts connections and answers nothing), then are
     served once it thaws; the reconciler still tells both moments."""
     pair = fresh_pair  # of its own: it freezes cluster_svc
-    frozen = pair.cluster_svc.process.pid
     with pair.reconciler() as reconciler:
-        os.killpg(frozen, signal.SIGSTOP)
-        try:
+        with pair.frozen_cluster_svc():
             create_pending(pair, 2)
             wait_for(
                 lambda: "cluster_svc does not answer" in reconciler.output(),
@@ -122,8 +119,6 @@ def test_a_short_freeze_of_cluster_svc_is_logged_and_so_is_its_end(fresh_pair):
                 what="the reconciler noticing the freeze",
             )
             assert "cluster_svc answers again" not in reconciler.output()
-        finally:
-            os.killpg(frozen, signal.SIGCONT)
         wait_for(
             lambda: "cluster_svc answers again" in reconciler.output(),
             timeout=30,
@@ -262,15 +257,12 @@ def test_a_patch_of_a_cluster_lost_downstream_re_creates_it_and_ends_synced(pair
 def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_never_wait(new_pair):
     # Of its own: it freezes cluster_svc. With the default cool-down, the subject here.
     pair = new_pair(env={"INLINE_BREAKER_COOL_DOWN_SECONDS": str(COOL_DOWN)})
-    frozen = pair.cluster_svc.process.pid
-    os.killpg(frozen, signal.SIGSTOP)
-    try:
+    with pair.frozen_cluster_svc():
 
         def create(n):
-            started = time.monotonic()
-            response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
+            response, elapsed = timed_create(pair, n)
             assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
-            return time.monotonic() - started
+            return elapsed
 
         def get_list(_):
             started = time.monotonic()
@@ -290,8 +282,6 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
             create_times = list(pool.map(create, range(100, 140)))
             get_times = list(pool.map(get_list, range(40)))
             elapsed = time.monotonic() - started
-    finally:
-        os.killpg(frozen, signal.SIGCONT)
 
     # One request per worker and cool-down may probe the frozen service.
     probes = 2 * (int(elapsed / COOL_DOWN) + 1)
@@ -307,21 +297,11 @@ def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_a_sec
     service for the inline push's whole budget: about a second, not the ~3.3 s
     of three read timeouts and two pauses."""
     pair = fresh_pair  # of its own: it freezes cluster_svc and opens the breakers
-    frozen = pair.cluster_svc.process.pid
-    os.killpg(frozen, signal.SIGSTOP)
-    try:
-
-        def create(n):
-            started = time.monotonic()
-            response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
-            return response, time.monotonic() - started
-
+    with pair.frozen_cluster_svc():
         # 2 workers, 3 failures each to open their breakers: 8 at once, then 4 more, reach them all.
         with ThreadPoolExecutor(8) as pool:
-            answered = list(pool.map(create, range(8)))
-        answered += [create(n) for n in range(8, 12)]
-    finally:
-        os.killpg(frozen, signal.SIGCONT)
+            answered = list(pool.map(lambda n: timed_create(pair, n), range(8)))
+        answered += [timed_create(pair, n) for n in range(8, 12)]
 
     for response, elapsed in answered:
         assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
@@ -399,3 +379,10 @@ def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(fresh
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr
     row = pair.platform_rows("clusters")[failed]
     assert (row["sync_state"], row["attempts"], row["sync_failed_at"]) == ("pending", 0, None)
+
+
+def timed_create(pair, n: int):
+    """A public create while cluster_svc is frozen: its answer, and how long it took."""
+    started = time.monotonic()
+    response = pair.api("POST", "/v1/clusters", json=cluster_body(name=f"frozen-{n}"))
+    return response, time.monotonic() - started
