@@ -60,10 +60,8 @@ def main() -> int:
             admin = embedded_pg.admin_url(server)
             for var, name, _ in SERVICES:
                 env.setdefault(var, embedded_pg.ensure_database(admin, name))
-        bin_dir = Path(sys.executable).parent
-        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        for _, _, script in SERVICES:
-            subprocess.run([script, "migrate"], env=env, check=True)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        migrate_databases(env)
         _write_env_file(env)
         _print_welcome(env)
         manager = _manager(env)
@@ -76,6 +74,13 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if server is not None:
             embedded_pg.stop(server)
+
+
+def migrate_databases(env: dict[str, str]) -> None:
+    """Each service's ``migrate`` command (the console scripts beside this interpreter), on the
+    database its variable in ``env`` names; also ``make run-ha``'s (tooling.ha)."""
+    for _, _, script in SERVICES:
+        subprocess.run([str(Path(sys.executable).with_name(script)), "migrate"], env=env, check=True)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -142,6 +142,16 @@ class Reconciler:
 
 
 @dataclass(frozen=True)
+class Served:
+    """A service some other harness runs, at ``url``: a :class:`Pair` neither starts nor stops it."""
+
+    url: str
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        pass
+
+
+@dataclass(frozen=True)
 class Run:
     """One ``platform-svc reconcile --once`` process."""
 
@@ -178,6 +188,7 @@ class Pair:
         proxy: bool = False,
         workers: int = 2,
     ) -> None:
+        self.token = TOKEN
         self.cluster_db_url = cluster_db_url
         self.platform_db_url = platform_db_url
         self.workdir = workdir
@@ -196,6 +207,19 @@ class Pair:
         # NullPool: the test's own reads must survive a restart of either PostgreSQL.
         self.cluster_engine = create_engine(cluster_db_url, poolclass=NullPool)
         self.platform_engine = create_engine(platform_db_url, poolclass=NullPool)
+
+    @classmethod
+    def served(
+        cls, *, public_url: str, internal_url: str, token: str, platform_db_url: str, cluster_db_url: str,
+        workdir: Path, env: dict[str, str],
+    ) -> Pair:
+        """A pair some other harness runs (``tooling.ha``: replicas behind a balancer): the
+        services are the two URLs, never started or stopped here; ``env`` is the services'
+        own, for the CLI and reconcilers this pair starts."""
+        pair = cls(cluster_db_url=cluster_db_url, platform_db_url=platform_db_url, workdir=workdir, env=env)
+        pair.token = token
+        pair.cluster_svc, pair.platform_svc = Served(internal_url), Served(public_url)
+        return pair
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -234,7 +258,7 @@ class Pair:
 
     @property
     def cluster_env(self) -> dict[str, str]:
-        return {"CLUSTER_DATABASE_URL": self.cluster_db_url, "INTERNAL_TOKEN": TOKEN, **self.env}
+        return {"CLUSTER_DATABASE_URL": self.cluster_db_url, "INTERNAL_TOKEN": self.token, **self.env}
 
     @property
     def platform_env(self) -> dict[str, str]:
@@ -242,7 +266,7 @@ class Pair:
         return {
             "PLATFORM_DATABASE_URL": self.platform_db_url,
             "CLUSTER_SVC_URL": (self.proxy or self.cluster_svc).url,
-            "INTERNAL_TOKEN": TOKEN,
+            "INTERNAL_TOKEN": self.token,
             **self.env,
         }
 
@@ -437,7 +461,7 @@ class Pair:
 
     def internal(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """Call cluster_svc directly (never through the proxy), with the internal token."""
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+        headers = {"Authorization": f"Bearer {self.token}"}
         return requests.request(method, self.cluster_svc.url + path, headers=headers, timeout=30, **kwargs)
 
     # -- the databases --------------------------------------------------------------
