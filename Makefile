@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # make test (and chaos): the test extras too (pytest, schemathesis, ...).
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test clean bench chaos
+.PHONY: run test test-scale clean bench chaos
 
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
@@ -19,6 +19,13 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# The heavy process tests of the production shape (tests/scale: PgBouncer in
+# transaction mode, several reconcilers, connections killed under the services),
+# one at a time. `make test` leaves them out (tests/conftest.py): they are
+# collected only when tests/scale is named, as here. They need Debian's pgbouncer.
+test-scale: $(TEST_STAMP)
+	$(BIN)/python -m pytest tests/scale $(PYTEST_ARGS)
 
 # Reinstall whenever the dependencies change.
 $(STAMP): setup.cfg pyproject.toml

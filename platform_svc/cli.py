@@ -70,6 +70,14 @@ add_service_commands(
     help="Seconds between purge passes (as `platform-svc purge`) by the reconciler that leads; 0 turns them off.",
 )
 @click.option(
+    "--leader-lease",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(0.5, 3600),
+    help="Seconds the lease that makes one reconciler the one running the periodic passes lasts unless renewed"
+    " (every third of it); a leader that crashes is replaced within this time.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
@@ -84,6 +92,7 @@ def reconcile(
     push_timeout: float,
     repair_interval: float,
     purge_interval: float,
+    leader_lease: float,
     metrics_port: int | None,
 ) -> None:
     # One process: its metrics live in memory, never in a gunicorn metrics
@@ -106,15 +115,19 @@ def reconcile(
         pool_size=concurrency + 1,
     )
     # A connection for each worker, the scheduler, the recovery watch, the repair
-    # pass and the session that holds the repair lead.
+    # pass and the renewal of the lead.
     settings = dataclasses.replace(Settings.from_env(), pool_size=concurrency + 4)
+    pusher = Pusher(settings.database(), settings.client(policy), RetryPolicy(max_delay=max_backoff))
+    from platform_svc.repair import Leadership
+
+    leadership = Leadership(pusher.database, ttl=leader_lease)
     if metrics_port is not None:
+        from platform_svc.sync_metrics import LeaderCollector
         from shared.metrics import serve_process_metrics
 
         host = os.environ.get("HOST", "").strip() or "127.0.0.1"
-        serve_process_metrics(metrics_port, host)
+        serve_process_metrics(metrics_port, host, collectors=[LeaderCollector(leadership)])
         click.echo(f"reconciler metrics on http://{host}:{metrics_port}/metrics")
-    pusher = Pusher(settings.database(), settings.client(policy), RetryPolicy(max_delay=max_backoff))
     options = ReconcilerSettings.from_env(batch=batch, concurrency=concurrency, longest_push=policy.longest_call())
     if once:
         states = reconcile_once(pusher, options)
@@ -137,11 +150,15 @@ def reconcile(
     if purge_interval > 0:
         purging = purger(pusher.database, settings.horizon)
         duties.append(Periodic("purge", purge_interval, lambda stop: purging.run(stop=stop).summary()))
+    periodic = None
     if duties:
-        threading.Thread(
-            target=run_periodically, args=(pusher.database, duties, stop), name="periodic", daemon=True
-        ).start()
+        periodic = threading.Thread(
+            target=run_periodically, args=(leadership, duties, stop), name="periodic", daemon=True
+        )
+        periodic.start()
     run(pusher, options, stop)
+    if periodic is not None:  # the pass at hand ends after its page, then the lease is given back
+        periodic.join(timeout=60)
 
 
 def _pushed_line(states) -> str:

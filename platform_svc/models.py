@@ -109,3 +109,15 @@ class FirewallRule(Synced, Base):
     cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), index=True)
     cidr: Mapped[str] = mapped_column(IPNetworkType)
     description: Mapped[str] = mapped_column(String(255))
+
+
+class Lease(Base):
+    """A lease at most one process holds at a time, by name (``repair``: the reconciler that runs the
+    periodic passes; see :class:`platform_svc.repair.Leadership`). Taken and renewed on the database's
+    clock: ``expires_at`` is set from its ``now()``, never from a process's."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    holder: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -48,25 +48,32 @@ make two thousand small steps, not one huge transaction or a million calls.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from platform_svc import content
-from platform_svc.models import Account
+from platform_svc.models import Account, Lease
 from platform_svc.recording import fail_waiting_descendants
 from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
+from shared.errors import describe_database_error
 from shared.horizon import Horizon
 from shared.registry import Resource
 
@@ -430,50 +437,140 @@ def _detail(resource: Resource, row: RowMapping, finding: str, theirs: dict[str,
     return ""
 
 
-# The PostgreSQL advisory lock whose holder runs the periodic passes (any
-# constant the platform's database uses for nothing else).
-REPAIR_LEADER_LOCK = 0x7265_7061_6972  # "repair"
+LEADER_LEASE = "repair"  # the lease row whose holder runs the periodic passes
+LEADER_LEASE_SECONDS = 15.0  # `reconcile --leader-lease`
 
 
 class Leadership:
-    """Which of several reconcilers runs the periodic passes (drift repair, purge): the one whose
-    session holds :data:`REPAIR_LEADER_LOCK` on the platform's database.
+    """Which of several reconcilers runs the periodic passes (drift repair, purge): the one holding
+    the ``repair`` row of the platform's ``leases`` table (docs/decisions/0011).
 
-    The lock is a session advisory lock on a connection kept for it (idle, no
-    transaction open). When the leader stops, crashes or loses its connection,
-    its session ends, the lock is free, and another reconciler takes it at its
-    next interval: one pass per interval among all of them, and never none
-    for long.
+    The lease is taken and renewed by one autocommit statement that succeeds
+    only when the lease has expired or is already this process's, and sets
+    its expiry ``ttl`` seconds past the database's ``now()``: no session
+    state, so it works through a pooler in transaction mode, and no process's
+    clock decides who leads. :meth:`keep` (a thread of its own) renews it
+    every third of ``ttl``, a pass running or not.
+
+    This process counts itself the leader (:meth:`holding`) only until
+    ``ttl`` seconds after it *sent* its last successful renewal, measured on
+    its monotonic clock: the database set the expiry no earlier than that, so
+    a leader that cannot renew (the database or the pooler away, the renewal
+    thread stuck) stops counting itself the leader before anyone else can take
+    the lease, and its pass stops after the page at hand. When it stops
+    cleanly it gives the lease back (:meth:`release`), so another takes over at
+    once; when it crashes, another takes over once the lease expires.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, ttl: float = LEADER_LEASE_SECONDS, name: str = LEADER_LEASE) -> None:
         self.database = database
-        self._session: Connection | None = None
+        self.ttl = ttl
+        self.name = name
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._renewed: float | None = None  # time.monotonic() when the last successful take or renewal was sent
         self._told: bool | None = None  # what was last logged: leading or not
+        self._lock = threading.Lock()
 
-    def leads(self) -> bool:
-        """Whether this process leads now, taking the lead if nobody holds it."""
+    def holding(self) -> bool:
+        """Whether this process holds the lease now, by its own clock (no database round trip)."""
+        renewed = self._renewed
+        return renewed is not None and time.monotonic() - renewed < self.ttl
+
+    def renew(self) -> float:
+        """Take the lease if it is free, or renew it if it is ours; return the seconds until the next try.
+
+        A database error leaves :meth:`holding` to run out by itself (and the
+        next try comes sooner).
+        """
+        lease = Lease.__table__
+        sent = time.monotonic()
         try:
-            if self._session is not None:
-                self._session.execute(select(1))  # still our session, so still our lock
-            else:
-                self._session = self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                if not self._session.execute(select(func.pg_try_advisory_lock(REPAIR_LEADER_LOCK))).scalar_one():
-                    self._session, session = None, self._session
-                    session.close()
-        except DBAPIError:
-            self.release()  # the session is gone, and the lock with it
-        leading = self._session is not None
-        if leading != self._told:
-            log.info("periodic passes: %s", "this reconciler runs the passes" if leading
-                     else "another reconciler runs the passes; this one takes over when it stops")
-            self._told = leading
-        return leading
+            with self._autocommit() as db_session:
+                take = (
+                    insert(lease)
+                    .values(name=self.name, holder=self.holder, expires_at=func.now() + self._ttl)
+                    .on_conflict_do_update(
+                        index_elements=[lease.c.name],
+                        set_={"holder": self.holder, "expires_at": func.now() + self._ttl},
+                        where=or_(lease.c.expires_at < func.now(), lease.c.holder == self.holder),
+                    )
+                    .returning(lease.c.expires_at)
+                )
+                taken = db_session.execute(take).first() is not None
+                left = None
+                if not taken:  # someone else's: try again soon after it would expire
+                    left = db_session.execute(
+                        select(func.extract("epoch", lease.c.expires_at - func.now())).where(lease.c.name == self.name)
+                    ).scalar()
+        except DBAPIError as exc:
+            log.warning("periodic passes: the lease could not be renewed (%s)", describe_database_error(exc))
+            self.tell()
+            return min(self.ttl / 3, 1.0)
+        with self._lock:
+            self._renewed = sent if taken else None
+        self.tell()
+        if taken or left is None:
+            return self.ttl / 3
+        return max(0.05, min(self.ttl / 3, float(left) + 0.05))
 
     def release(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.invalidate()  # ends the session, and its lock, even when the connection is already broken
+        """Give the lease back if it is ours (its expiry set to now), so another reconciler takes it at once."""
+        with self._lock:
+            held, self._renewed = self._renewed is not None, None
+        if not held:
+            return
+        lease = Lease.__table__
+        try:
+            with self._autocommit() as db_session:
+                db_session.execute(
+                    update(lease)
+                    .where(lease.c.name == self.name, lease.c.holder == self.holder)
+                    .values(expires_at=func.now())
+                )
+        except DBAPIError as exc:  # it expires by itself
+            log.warning("periodic passes: the lease could not be given back (%s)", describe_database_error(exc))
+            return
+        with self._lock:
+            self._told = False
+        log.info("periodic passes: the lease is given back; another reconciler takes over at once")
+
+    def keep(self, stop: threading.Event) -> None:
+        """Take or renew the lease at once, then every third of its time, until ``stop`` is set.
+
+        Never gives it back: the passes do (:func:`run_periodically`), once the one running has ended.
+        """
+        while not stop.wait(self.renew()):
+            pass
+
+    def tell(self) -> bool:
+        """Log when this process starts or stops leading; return whether it leads."""
+        leading = self.holding()
+        with self._lock:
+            changed, self._told = leading != self._told, leading
+        if changed:
+            log.info("periodic passes: %s", "this reconciler runs the passes" if leading
+                     else "another reconciler runs the passes (or none holds the lease); this one takes over when"
+                     " the lease is free")
+        return leading
+
+    @property
+    def _ttl(self) -> timedelta:
+        return timedelta(seconds=self.ttl)
+
+    def _autocommit(self) -> AbstractContextManager[Connection]:
+        """One statement, one transaction: nothing held between statements."""
+        return self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
+class _WhileLeading:
+    """A pass's stop signal: ``stop`` set, or this process no longer holding the lease."""
+
+    def __init__(self, stop: threading.Event, leadership: Leadership) -> None:
+        self.stop = stop
+        self.leadership = leadership
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or not self.leadership.holding()
 
 
 @dataclass(frozen=True)
@@ -486,16 +583,20 @@ class Periodic:
     run: Callable[[threading.Event], str]
 
 
-def run_periodically(database: Database, duties: Sequence[Periodic], stop: threading.Event) -> None:
+def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: threading.Event) -> None:
     """Each duty every ``interval`` seconds until ``stop`` is set (the reconciler's thread),
     while this reconciler leads (:class:`Leadership`): drift repair, and purge.
 
-    The first pass of each comes one interval after start-up, so reconcilers
-    restarted together do not all walk both databases at once. A pass that
-    fails (cluster_svc or the database away) is one line, and is tried again
-    at its next interval.
+    The lease is taken at once (so a leader is there from the start), and kept
+    by a thread of its own. The first pass of each duty comes one interval
+    after start-up, so reconcilers restarted together do not all walk both
+    databases at once. A pass ends after the page at hand once ``stop`` is
+    set or the lease could not be renewed in time. A pass that fails
+    (cluster_svc or the database away) is one line, and is tried again at its
+    next interval. When ``stop`` ends the loop, the lease is given back.
     """
-    leadership = Leadership(database)
+    keeper = threading.Thread(target=leadership.keep, args=(stop,), name="leader-lease", daemon=True)
+    keeper.start()
     due = {duty.name: time.monotonic() + duty.interval for duty in duties}
     try:
         while not stop.wait(max(0.0, min(due.values()) - time.monotonic())):
@@ -503,16 +604,22 @@ def run_periodically(database: Database, duties: Sequence[Periodic], stop: threa
                 if due[duty.name] > time.monotonic():
                     continue
                 due[duty.name] = time.monotonic() + duty.interval
-                if not leadership.leads():
+                if not leadership.tell():
                     continue
+                until = _WhileLeading(stop, leadership)
                 try:
-                    summary = duty.run(stop)
+                    summary = duty.run(until)
                 except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: try later
                     log.warning("%s pass stopped: %s", duty.name, str(exc).splitlines()[0])
                     continue
                 except Exception:
                     log.exception("%s pass failed", duty.name)
                     continue
+                if not stop.is_set() and not leadership.holding():
+                    log.warning("%s pass stopped: the lease could not be renewed in time", duty.name)
+                    leadership.tell()
+                    continue
                 log.info("%s", summary)
     finally:
+        keeper.join(timeout=30)
         leadership.release()

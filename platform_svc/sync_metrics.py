@@ -1,4 +1,5 @@
-"""``sync_rows`` and ``sync_oldest_pending_seconds``, read from the database at scrape time.
+"""``sync_rows`` and ``sync_oldest_pending_seconds``, read from the database at scrape time;
+and the reconciler's ``sync_repair_leader``.
 
 Not kept in memory: every worker, the reconciler and the CLI change sync
 states, so only the table knows the truth. Each scrape costs one statement
@@ -66,4 +67,31 @@ class SyncRowsCollector:
                 "Age of the oldest pending row (now - updated_at); 0 when none is pending.",
                 labels=["resource"],
             ),
+        )
+
+
+class LeaderCollector:
+    """``sync_repair_leader``: 1 while this reconciler holds the lease and runs the periodic passes, else 0.
+
+    Read at each scrape from the process's own view of its lease (no database
+    round trip): summed over every reconciler it is 1, and 0 only while the
+    lease of one that crashed runs out.
+    """
+
+    def __init__(self, leadership) -> None:  # a platform_svc.repair.Leadership
+        self.leadership = leadership
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter((self._family(),))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        family.add_metric([], 1.0 if self.leadership.holding() else 0.0)
+        return iter((family,))
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "sync_repair_leader",
+            "1 while this reconciler holds the repair lease and runs the periodic passes (repair, purge), else 0.",
         )

@@ -97,8 +97,11 @@ def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
 
 
-def serve_process_metrics(port: int, host: str) -> None:
-    """Serve this (single) process's metrics on ``host:port`` from a daemon thread."""
+def serve_process_metrics(port: int, host: str, collectors: Iterable[object] = ()) -> None:
+    """Serve this (single) process's metrics, and ``collectors``' (read at each scrape), on
+    ``host:port`` from a daemon thread."""
     from prometheus_client import start_http_server
 
+    for collector in collectors:
+        REGISTRY.register(collector)
     start_http_server(port, addr=host)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -74,6 +75,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             " tombstone (or a rule its deleted cluster answers for)"
         )
         terminalreporter.write_line(render(rows, header))
+
+
+SCALE = Path(__file__).parent / "scale"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/scale (the heavy process tests, ``make test-scale``) only when the command line names it
+    (or something in it): ``make test`` and a bare ``pytest`` leave it out."""
+    if collection_path != SCALE:
+        return None
+    named = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
+    return None if any(path.resolve().is_relative_to(SCALE) for path in named) else True
 
 
 # Modules whose tests run long, handed out first: pytest-xdist's loadscope gives

@@ -212,7 +212,8 @@ def passes(reconciler) -> int:
 def test_of_several_reconcilers_one_runs_the_periodic_repair_and_another_takes_over_when_it_crashes(pair):
     clusters = [created(pair, "/v1/clusters", cluster_body(name=f"db-{n}")) for n in range(2)]
 
-    with pair.reconciler("--repair-interval", "0.3") as first, pair.reconciler("--repair-interval", "0.3") as second:
+    lead = ("--repair-interval", "0.3", "--leader-lease", "2")  # a crashed leader's lease runs out within 2 s
+    with pair.reconciler(*lead) as first, pair.reconciler(*lead) as second:
         wait_for(lambda: "this reconciler runs the passes" in first.output() + second.output(), what="a leader")
         leader, other = (first, second) if "this reconciler runs the passes" in first.output() else (second, first)
         wait_for(lambda: "another reconciler runs the passes" in other.output(), what="the other one to defer")

@@ -1,0 +1,137 @@
+"""The lease that makes one reconciler the one running the periodic passes, on a real PostgreSQL.
+
+Each test uses a lease name of its own, so tests sharing the database never meet.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from platform_svc.repair import Leadership, Periodic, run_periodically
+from shared.db import Database
+
+
+@pytest.fixture
+def database(platform_db_url):
+    database = Database(platform_db_url, pool_size=3)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def lease_name():
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def expires_in(engine, name: str) -> float:
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT extract(epoch FROM expires_at - now()) FROM leases WHERE name = :name"), {"name": name}
+        ).scalar_one()
+
+
+def test_one_holder_at_a_time_and_a_given_back_lease_is_taken_at_once(database, lease_name):
+    first, second = (Leadership(database, ttl=30, name=lease_name) for _ in range(2))
+
+    first.renew()
+    second.renew()
+    assert (first.holding(), second.holding()) == (True, False)
+    assert 29 < expires_in(database.engine, lease_name) <= 30  # set from the database's now()
+
+    first.renew()  # its own lease: renewed
+    second.renew()
+    assert (first.holding(), second.holding()) == (True, False)
+
+    first.release()
+    second.renew()
+    assert (first.holding(), second.holding()) == (False, True)
+
+
+def test_an_expired_lease_is_taken_by_another_and_its_old_holder_knows_it_lost_it(database, lease_name):
+    first, second = (Leadership(database, ttl=0.5, name=lease_name) for _ in range(2))
+    first.renew()
+    assert first.holding()
+
+    time.sleep(0.6)  # the lease's own time, not a race: nobody renews it meanwhile
+
+    assert not first.holding()  # its own clock says so, before anyone takes it
+    second.renew()
+    first.renew()
+    assert (first.holding(), second.holding()) == (False, True)
+
+
+def test_the_leader_renews_while_a_long_pass_runs_and_gives_the_lease_back_when_stopped(database, lease_name):
+    leader = Leadership(database, ttl=1.0, name=lease_name)
+    other = Leadership(database, ttl=1.0, name=lease_name)
+    stop = threading.Event()
+    seen: list[tuple[bool, bool]] = []
+    started = threading.Event()
+
+    def long_pass(until) -> str:
+        started.set()
+        while not until.is_set():
+            other.renew()
+            seen.append((leader.holding(), other.holding()))
+            time.sleep(0.05)
+        return "long pass done"
+
+    runner = threading.Thread(
+        target=run_periodically, args=(leader, [Periodic("long", 0.01, long_pass)], stop), daemon=True
+    )
+    runner.start()
+    assert started.wait(10)
+    time.sleep(3 * leader.ttl)  # the pass runs three leases long
+    stop.set()
+    runner.join(timeout=10)
+
+    assert not runner.is_alive()
+    assert len(seen) > 10 and set(seen) == {(True, False)}  # the leader held it all along; the other never took it
+    other.renew()
+    assert other.holding()  # given back on stop: taken at once, not after the lease ran out
+
+
+def test_a_leader_that_cannot_renew_stops_its_pass_before_the_lease_could_run_out(database, lease_name, caplog):
+    leader = Leadership(database, ttl=1.0, name=lease_name)
+    stop = threading.Event()
+    passes: list[tuple[float, float]] = []  # (started, stopped) of each pass, time.monotonic()
+
+    def endless_pass(until) -> str:
+        started = time.monotonic()
+        while not until.is_set():
+            time.sleep(0.02)
+        passes.append((started, time.monotonic()))
+        return "pass done"
+
+    blocker = create_engine(database.engine.url)
+    runner = threading.Thread(
+        target=run_periodically, args=(leader, [Periodic("endless", 0.01, endless_pass)], stop), daemon=True
+    )
+    try:
+        with caplog.at_level(logging.INFO, logger="platform_svc.repair"):
+            runner.start()
+            deadline = time.monotonic() + 10
+            while not leader.holding():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            # The database stops answering the renewals: another transaction holds the lease's row.
+            with blocker.begin() as conn:
+                conn.execute(text("SELECT 1 FROM leases WHERE name = :name FOR UPDATE"), {"name": lease_name})
+                blocked_at = time.monotonic()
+                while not passes:
+                    assert time.monotonic() < blocked_at + 10, "the pass did not stop"
+                    time.sleep(0.02)
+                assert not leader.holding()
+                # It stopped within the lease (renewed at most a third of it before the row was locked).
+                assert passes[0][1] - blocked_at < leader.ttl
+            stop.set()
+            runner.join(timeout=10)
+    finally:
+        stop.set()
+        blocker.dispose()
+
+    assert "endless pass stopped: the lease could not be renewed in time" in caplog.text
