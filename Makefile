@@ -7,11 +7,30 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # make test (and chaos): the test extras too (pytest, schemathesis, ...).
 TEST_STAMP := $(VENV)/.installed-test
+# make run-ha and test-scale: Patroni, in a virtualenv of its own on the system's
+# Python: PostgreSQL refuses root, so Patroni runs as user postgres, who must be
+# able to execute it (a Python under /root is not).
+HA_VENV   := .venv-ha
+HA_STAMP  := $(HA_VENV)/.installed
+HA_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) $(PYTHON))
 
-.PHONY: run test test-scale clean bench chaos
+.PHONY: run run-ha test test-scale clean bench chaos
 
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
+
+# The production shape on this machine (docs/scale-out.md): etcd, two Patroni
+# clusters, HAProxy, PgBouncer, 2 replicas of each service, 2 reconcilers.
+# Installs the Debian packages it needs (as root) and Patroni; Ctrl-C stops it all.
+run-ha: $(STAMP) $(HA_STAMP)
+	$(BIN)/python -m tooling.ha
+
+# Patroni (PyPI) for run-ha and test-scale, in a virtualenv of its own on the
+# system's Python (see HA_VENV above).
+$(HA_STAMP):
+	$(HA_PYTHON) -m venv $(HA_VENV)
+	$(HA_VENV)/bin/python -m pip install --quiet 'patroni[etcd3]' psycopg2-binary
+	touch $(HA_STAMP)
 
 # On TEST_WORKERS processes (pytest-xdist; 0: this one only). --dist loadscope keeps a
 # module's tests on one worker: they share its pair, and a chaos module's last test
@@ -24,7 +43,7 @@ test: $(TEST_STAMP)
 # transaction mode, several reconcilers, connections killed under the services),
 # one at a time. `make test` leaves them out (tests/conftest.py): they are
 # collected only when tests/scale is named, as here. They need Debian's pgbouncer.
-test-scale: $(TEST_STAMP)
+test-scale: $(TEST_STAMP) $(HA_STAMP)
 	$(BIN)/python -m pytest tests/scale $(PYTEST_ARGS)
 
 # Reinstall whenever the dependencies change.
@@ -40,7 +59,7 @@ $(TEST_STAMP): $(STAMP)
 	touch $(TEST_STAMP)
 
 clean:
-	rm -rf $(VENV) .dev .pytest_cache .hypothesis
+	rm -rf $(VENV) $(HA_VENV) .dev .dev-ha .pytest_cache .hypothesis
 
 # Performance targets P1-P9 (docs/performance.md); BENCH_ARGS=--quick for a smoke run.
 bench: $(STAMP)

@@ -48,6 +48,7 @@ from sqlalchemy.engine import URL, make_url
 
 from tooling import embedded_pg
 from tooling.devrun import migrate_databases
+from tooling.pgbouncer import PgBouncer
 from tooling.testing import LiveServer, console_script, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -480,7 +481,15 @@ class Topology:
         self._stack.callback(self.haproxy.stop)
         wait_for(lambda: requests.get(self.stats_url + ";csv", timeout=1).ok, timeout=30, what="HAProxy")
         for cluster in self.clusters.values():
-            wait_for(lambda: self.haproxy_up(f"{cluster.name}_db"), timeout=30, what=f"HAProxy's {cluster.name}_db")
+            self.wait_routed(cluster)
+
+    def wait_routed(self, cluster: PatroniCluster, timeout: float = 60) -> Node:
+        """Until HAProxy sends ``cluster``'s connections to its primary only (a server starts as
+        up, before its first checks), and that node."""
+        leader = cluster.leader()
+        wait_for(lambda: self.haproxy_up(f"{cluster.name}_db") == [leader.name], timeout=timeout,
+                 what=f"HAProxy's {cluster.name}_db on {leader.name} alone")
+        return leader
 
     def haproxy_config(self) -> str:
         errors = self.workdir / "haproxy-errors"
@@ -562,10 +571,11 @@ class Topology:
             self.database_urls[name] = self._pooled(name, self.direct_urls[name])
 
     def _pooled(self, name: str, url: str) -> str:
-        """``url`` through PgBouncer in transaction mode."""
-        from tooling import pgbouncer
-
-        return self._stack.enter_context(pgbouncer.pgbouncer(url, self.workdir / f"pgbouncer-{name}"))
+        """``url`` through a PgBouncer in transaction mode of its own, in front of HAProxy's frontend."""
+        bouncer = PgBouncer(self.clusters[name].url, self.workdir / f"pgbouncer-{name}",
+                            port=self.ports[f"{name} pgbouncer"])
+        self._stack.enter_context(bouncer)
+        return bouncer.url(url)
 
     # -- the services --------------------------------------------------------------
 
