@@ -248,15 +248,16 @@ class Node:
         except (OSError, ValueError, IndexError):
             return None
 
-    def kill(self) -> None:
-        """kill -9 of patroni and of its postmaster, as a machine's crash would (the
-        postmaster's children notice it is gone and exit by themselves)."""
+    def kill(self, *, everything: bool = False) -> None:
+        """kill -9 of patroni and of its postmaster (the postmaster's children notice it is
+        gone and exit by themselves), or with ``everything`` of every PostgreSQL process
+        too, as the loss of the machine would (a stopped one included)."""
         postgres = self.postgres_pids()
         if self.process is not None:
             _signal_group(self.process.pid, signal.SIGKILL)
             self.process.popen.wait(timeout=30)
-        if postgres:
-            _kill(postgres[0], signal.SIGKILL)
+        for pid in postgres if everything else postgres[:1]:
+            _kill(pid, signal.SIGKILL)
         _wait_gone(postgres, f"{self.name}'s PostgreSQL")
 
     def stop(self) -> None:
@@ -496,7 +497,9 @@ class Topology:
         lines = [
             "global",
             "    maxconn 4096",
+            "    log stdout format raw local0 info",  # into haproxy.log: one line per request, per connection
             "defaults",
+            "    log global",
             "    timeout connect 2s",
             # Pooled database connections stay open for long: PgBouncer closes idle ones first.
             "    timeout client 30m",
@@ -515,6 +518,7 @@ class Topology:
             lines += [
                 f"listen {cluster.name}_db",
                 "    mode tcp",
+                "    option tcplog",
                 f"    bind 127.0.0.1:{cluster.frontend_port}",
                 "    option httpchk",
                 "    http-check send meth GET uri /primary",
@@ -529,12 +533,16 @@ class Topology:
             # the services answer 503 with Retry-After themselves. A request whose
             # connection could not be made is sent to the other replica; one that
             # reached a replica that died is answered 503 (the errorfiles), which a
-            # client retries with its Idempotency-Key.
+            # client retries with its Idempotency-Key. A new connection to the replica for
+            # each request (http-server-close): a kept-alive one that gunicorn closes just as
+            # a request is sent on it would make HAProxy drop the client's connection unanswered.
             lines += [
                 f"listen {name}",
                 "    mode http",
                 f"    bind 127.0.0.1:{port}",
                 "    balance roundrobin",
+                "    option httplog",
+                "    option http-server-close",
                 "    option httpchk",
                 "    http-check send meth GET uri /healthz",
                 "    http-check expect status 200",

@@ -1,0 +1,185 @@
+"""The production shape (tooling/ha.py) under real faults: replicas killed behind HAProxy,
+the leading reconciler killed, the platform's Patroni primary killed (synchronous: nothing
+acknowledged may be lost), cluster_svc's asynchronous primary killed after its standby fell
+behind (repair brings back what the failover lost).
+
+One topology for the module, its tests in this order; each has an account of its own.
+Each prints its figures (the table in docs/scale-out.md comes from these lines).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.scale.load import Load
+from tooling.ha import PATRONI_TTL, Topology, wait_for
+from tooling.pair import TIMINGS
+from tooling.testing import _data_root
+
+LEASE = 3.0  # --leader-lease of the reconcilers here (15 s by default)
+FIGURES: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def ha(request):
+    workdir = Path(tempfile.mkdtemp(prefix="ha", dir=_data_root()))
+    failed = request.session.testsfailed
+    try:
+        with Topology(workdir, env=TIMINGS, reconciler_args=("--leader-lease", str(LEASE))) as topology:
+            yield topology
+    finally:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        for line in FIGURES:
+            reporter.write_line(line)
+        if request.session.testsfailed == failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            reporter.write_line(f"tests/scale: the topology's logs are kept in {workdir}")
+
+
+def figure(line: str) -> None:
+    FIGURES.append(f"scale: {line}")
+
+
+def account(ha: Topology, name: str):
+    pair = ha.pair()
+    api = pair.use_account(pair.account(name, cli=False))
+    return pair, api
+
+
+def not_503_5xx(statuses: Counter) -> dict:
+    return {status: n for status, n in statuses.items() if status is not None and status >= 500 and status != 503}
+
+
+def wait_synced(pair, timeout: float = 120) -> float:
+    """Seconds until every row of the pair's account is synced (the reconcilers push what is pending)."""
+    started = time.monotonic()
+    wait_for(pair.all_synced, timeout=timeout, what="every row synced", poll=0.25)
+    return time.monotonic() - started
+
+
+def test_a_killed_replica_of_each_service_is_routed_around(ha):
+    pair, api = account(ha, "scale replicas")
+    victims = [ha.platform_svcs[0], ha.cluster_svcs[0]]
+    with Load(ha.public_url, api.api_key) as load:
+        load.wait_acknowledged(20)
+        killed_at = time.monotonic()
+        for server in victims:
+            server.stop(signal.SIGKILL)
+        load.wait_acknowledged(40, since=killed_at)
+        for proxy in ("platform_svc", "cluster_svc"):
+            wait_for(lambda: len(ha.haproxy_up(proxy)) == 1, timeout=10, what=f"HAProxy: {proxy}-0 down")
+        for server in victims:
+            ha.restart_service(server)
+        for proxy in ("platform_svc", "cluster_svc"):
+            wait_for(lambda: len(ha.haproxy_up(proxy)) == 2, timeout=10, what=f"HAProxy: {proxy}-0 back")
+        load.wait_acknowledged(20, since=time.monotonic())
+    statuses = load.statuses()
+    after = load.statuses(killed_at)
+    figure(f"replica kill: {sum(statuses.values())} creates sent, {len(load.acknowledged)} acknowledged, "
+           f"{after[503]} answered 503 after the kill, {statuses[None]} unanswered (in flight on the killed replica), "
+           f"other 5xx: {not_503_5xx(statuses)}")
+    assert not_503_5xx(statuses) == {}
+    # A request a replica was serving when it died has its connection closed unanswered
+    # (HAProxy does so for a request that was not the first on its connection, for the
+    # client to retry); every other one is answered.
+    assert load.unanswered(except_in_flight_at=killed_at) == [], f"killed at {killed_at:.3f}"
+    assert load.refused == {}
+    wait_synced(pair)
+    pair.assert_downstream_matches()
+
+
+def leaders(ha: Topology) -> list[int]:
+    return [i for i in range(len(ha.reconcilers)) if ha.reconciler_metric(i, "sync_repair_leader") == 1]
+
+
+def test_another_reconciler_leads_within_the_lease_when_the_leader_is_killed(ha):
+    [leader] = wait_for(lambda: (found := leaders(ha)) and len(found) == 1 and found, timeout=3 * LEASE,
+                        what="exactly one reconciler leading")
+    ha.reconcilers[leader].stop(signal.SIGKILL)
+    killed_at = time.monotonic()
+    [successor] = wait_for(lambda: leaders(ha), timeout=3 * LEASE, what="another reconciler leading", poll=0.05)
+    took = time.monotonic() - killed_at
+    figure(f"reconciler kill: reconciler-{successor} led {took:.1f} s after reconciler-{leader} was killed "
+           f"(lease {LEASE:g} s, renewed every {LEASE / 3:g} s)")
+    assert successor != leader
+    # Taken once the dead leader's lease expired: at most a lease after its last renewal,
+    # plus the successor's wait until its next attempt (a third of the lease).
+    assert took <= LEASE + LEASE / 3 + 1
+    ha.start_reconciler(leader)
+    assert wait_for(lambda: leaders(ha) == [successor], timeout=3 * LEASE, what="still one leader after the restart")
+
+
+def test_killing_the_platform_primary_loses_no_acknowledged_write(ha):
+    cluster = ha.clusters["platform"]
+    cluster.wait_healthy()  # a synchronous standby streams: only it may take over
+    pair, api = account(ha, "scale platform failover")
+    with Load(ha.public_url, api.api_key, clients=4) as load:
+        load.wait_acknowledged(30)
+        old = cluster.leader()
+        killed_at = time.monotonic()
+        old.kill()  # patroni and the postmaster, kill -9
+        new = ha.wait_routed(cluster, timeout=PATRONI_TTL + 60)
+        routed = time.monotonic() - killed_at
+        load.wait_acknowledged(30, since=killed_at, timeout=PATRONI_TTL + 60)
+    after = load.statuses(killed_at)
+    rows = pair.platform_rows("clusters")
+    per_key = Counter(row["idempotency_key"] for row in rows.values())
+    lost = {key: cluster_id for key, cluster_id in load.acknowledged.items() if cluster_id not in rows}
+    lag = wait_synced(pair)
+    figure(f"platform primary kill (synchronous): {old.name} -> {new.name}; HAProxy on the new primary after "
+           f"{routed:.1f} s, first 2xx {load.first_success_after(killed_at):.1f} s after the kill; "
+           f"{after[503]} answered 503, {after[None]} unanswered; {len(load.acknowledged)} acknowledged, "
+           f"{len(lost)} lost; every row synced {lag:.1f} s after the load stopped")
+    assert new is not old
+    assert lost == {}
+    assert set(per_key) == set(load.acknowledged) and set(per_key.values()) == {1}, "one row per key"
+    assert {row["idempotency_key"]: cluster_id for cluster_id, row in rows.items()} == load.acknowledged
+    assert not_503_5xx(load.statuses()) == {}
+    assert load.refused == {}
+    pair.assert_downstream_matches()
+    # The killed node rejoins as the synchronous standby (rewound if need be).
+    old.start()
+    cluster.wait_healthy(timeout=120)
+
+
+def test_repair_restores_what_the_asynchronous_failover_of_cluster_svc_lost(ha):
+    cluster = ha.clusters["cluster"]
+    cluster.wait_healthy()
+    pair, api = account(ha, "scale cluster_svc failover")
+    body = {"region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
+    for i in range(5):
+        api.create_cluster({**body, "name": f"kept-{i}"})
+    old = cluster.leader()
+    walsenders = old.processes("walsender")
+    assert walsenders, "the primary streams to its standby"
+    for pid in walsenders:
+        os.kill(pid, signal.SIGSTOP)  # the standby hears nothing more from here on
+    for i in range(20):
+        api.create_cluster({**body, "name": f"late-{i}"})
+    wait_synced(pair)  # cluster_svc acknowledged every one: on the primary only
+    killed_at = time.monotonic()
+    old.kill(everything=True)
+    new = ha.wait_routed(cluster, timeout=PATRONI_TTL + 60)
+    routed = time.monotonic() - killed_at
+    comparison = pair.compare(account_id=pair.account_id)
+    lost = [problem for problem in comparison.problems if problem.what == "missing from cluster_svc"]
+    started = time.monotonic()
+    repaired = ha.cli("repair")
+    repair_took = time.monotonic() - started
+    figure(f"cluster_svc primary kill (asynchronous, standby held back): {old.name} -> {new.name} after "
+           f"{routed:.1f} s; {len(lost)} of 25 objects lost downstream; `platform-svc repair` took "
+           f"{repair_took:.1f} s: {repaired.stdout.strip().splitlines()[-1] if repaired.stdout.strip() else ''}")
+    assert new is not old
+    assert lost, f"the failover lost nothing: {comparison.describe()}"
+    assert repaired.returncode == 0, repaired.stderr
+    pair.assert_downstream_matches()
+    whole = pair.compare()
+    assert whole.exact, whole.describe()
