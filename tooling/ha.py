@@ -272,7 +272,7 @@ class Node:
     def postgres_pids(self) -> list[int]:
         """The running postmaster, then its children."""
         postmaster = self.postmaster_pid()
-        if postmaster is None or not _alive(postmaster):
+        if postmaster is None or not alive(postmaster):
             return []
         return [postmaster, *(pid for pid, _ in _children(postmaster))]
 
@@ -299,7 +299,7 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """The process runs (a zombie, exited but not yet reaped by whoever adopted it, does not)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -326,7 +326,7 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 
 def _wait_gone(pids: list[int], what: str, timeout: float = 30) -> None:
-    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=timeout, what=f"{what} to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=timeout, what=f"{what} to exit")
 
 
 class PatroniCluster:

@@ -110,12 +110,18 @@ class Load:
         with self._lock:
             return Counter(a.status for a in self.attempts if a.sent >= since)
 
-    def unanswered(self, *, except_in_flight_at: float | None = None) -> list[str]:
-        """Why requests went unanswered (and when), leaving out those in flight at a given moment."""
-        moment = except_in_flight_at
+    def unanswered(self, *, except_in_flight: tuple[float, float] | None = None) -> list[str]:
+        """Why requests went unanswered (and when), leaving out those in flight during ``(start, end)``:
+        sent before it ended and still unanswered when it began."""
+        start, end = except_in_flight or (0.0, -1.0)
         with self._lock:
             return [f"{a.error} (sent at {a.sent:.3f}, after {a.answered - a.sent:.3f} s)" for a in self.attempts
-                    if a.status is None and (moment is None or not a.sent <= moment <= a.answered)]
+                    if a.status is None and not (a.sent <= end and a.answered >= start)]
+
+    def longest(self, *, since: float = 0.0) -> float:
+        """The longest time an attempt sent after ``since`` waited for its answer (or for none)."""
+        with self._lock:
+            return max((a.answered - a.sent for a in self.attempts if a.sent >= since), default=0.0)
 
     def first_success_after(self, moment: float) -> float:
         """Seconds from ``moment`` to the first 2xx answer to a create sent after it."""
