@@ -398,7 +398,12 @@ class Topology:
         self.reconciler_args = reconciler_args
         self.token = secrets.token_urlsafe(24)
         self._stack = ExitStack()
-        # The ports a user reaches first come first.
+        # The ports a user reaches first come first (docs/scale-out.md lists them from 8100).
+        for name in ("public API (haproxy)", "internal API (haproxy)", "haproxy stats",
+                     *(f"reconciler-{i} metrics" for i in range(reconcilers)), "etcd", "etcd peer",
+                     "platform database (haproxy)", "cluster database (haproxy)", "platform pgbouncer",
+                     "cluster pgbouncer"):
+            self.ports[name]
         self.public_url = f"http://127.0.0.1:{self.ports['public API (haproxy)']}"
         self.internal_url = f"http://127.0.0.1:{self.ports['internal API (haproxy)']}"
         self.stats_url = f"http://127.0.0.1:{self.ports['haproxy stats']}/"
@@ -663,7 +668,8 @@ class Topology:
     def describe(self) -> str:
         rest = "\n".join(f"  {node.name:<11} {node.rest_url}   (GET /patroni, /cluster, /primary)"
                          for cluster in self.clusters.values() for node in cluster.nodes)
-        pg = "\n".join(f"  {name}_db    {cluster.url.replace(cluster.password, '***')}"
+        pg = "\n".join(f"  {name + '_db':<11} {cluster.url.replace(cluster.password, '***')}   "
+                       f"(PgBouncer: 127.0.0.1:{self.ports[f'{name} pgbouncer']})"
                        for name, cluster in self.clusters.items())
         reconcilers = "\n".join(f"  http://127.0.0.1:{port}/metrics   reconciler-{i} (sync_repair_leader, ...)"
                                 for i, port in enumerate(self.reconciler_ports))
