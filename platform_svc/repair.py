@@ -64,7 +64,7 @@ from typing import Any
 from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from platform_svc import content
 from platform_svc.models import Account, Lease
@@ -73,7 +73,7 @@ from platform_svc.resources import RESOURCES
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
-from shared.errors import describe_database_error
+from shared.errors import database_unavailable, describe_database_error
 from shared.horizon import Horizon
 from shared.registry import Resource
 
@@ -609,11 +609,11 @@ def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: t
                 until = _WhileLeading(stop, leadership)
                 try:
                     summary = duty.run(until)
-                except (RepairError, OperationalError) as exc:  # cluster_svc or the database away: try later
-                    log.warning("%s pass stopped: %s", duty.name, str(exc).splitlines()[0])
-                    continue
-                except Exception:
-                    log.exception("%s pass failed", duty.name)
+                except Exception as exc:  # noqa: BLE001 (one line, or a traceback for a bug; tried again later)
+                    if isinstance(exc, RepairError) or database_unavailable(exc):  # cluster_svc or the database away
+                        log.warning("%s pass stopped: %s", duty.name, str(exc).splitlines()[0])
+                    else:
+                        log.exception("%s pass failed", duty.name)
                     continue
                 if not stop.is_set() and not leadership.holding():
                     log.warning("%s pass stopped: the lease could not be renewed in time", duty.name)

@@ -14,10 +14,16 @@ an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 from contextlib import AbstractContextManager, contextmanager
 
+import _socket  # the C module: gevent's patched socket would wait where this must not
+
 from flask import Flask, current_app
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
+
+from shared.errors import connection_unusable
 
 # Constraint names both services' models use, so migrations name them stably.
 NAMING_CONVENTION = {
@@ -43,15 +49,22 @@ class Database:
             # a new PostgreSQL session per transaction: hundreds a second.
             max_overflow=0,
             # No pre-ping: it costs a round trip on every checkout, a third of a
-            # create's wall time under load. After a PostgreSQL restart the first
-            # use of each dead connection fails (a 503 with Retry-After, which
-            # every caller may retry: each call is idempotent), and SQLAlchemy then discards
-            # the whole stale pool at once.
+            # create's wall time under load. Instead a checkout looks at the
+            # socket without a round trip (_closed_by_server): a connection whose
+            # server ended it while it sat in the pool (a restart, a failover,
+            # pg_terminate_backend) is discarded there and a fresh one is made, so
+            # the transaction runs on that. A connection that dies between its
+            # checkout and its first statement still fails that request (a 503
+            # with Retry-After, which every caller may retry: each call is
+            # idempotent), and SQLAlchemy then discards the whole stale pool.
             pool_recycle=1800,
             # Errors and logs show the statement but never its values (names,
             # Idempotency-Keys, anything a client sent).
             hide_parameters=True,
         )
+
+        event.listen(self.engine, "checkout", _discard_if_closed_by_server)
+        event.listen(self.engine, "handle_error", _discard_if_unusable)
 
     def begin(self) -> AbstractContextManager[Connection]:
         """A connection in a transaction, committed when the block ends normally."""
@@ -69,3 +82,45 @@ def transaction() -> Iterator[Connection]:
     """One transaction on the current app's database, committed at the end of the block."""
     with current_app.extensions["database"].begin() as db_session:
         yield db_session
+
+
+def _closed_by_server(dbapi_connection: Any) -> bool:
+    """Whether the server ended this idle connection: its socket has something to read.
+
+    An idle connection in the pool is owed nothing by PostgreSQL (no LISTEN
+    is used anywhere), so anything readable is its goodbye: an error (57P01
+    when terminated, 57P03 ...) or the end of the stream. One non-blocking
+    ``recv(MSG_PEEK)`` on the socket: about 5 microseconds, where a pre-ping's
+    round trip costs a hundred or more.
+    """
+    if dbapi_connection.closed:
+        return True
+    try:
+        probe = _socket.socket(fileno=dbapi_connection.fileno())  # borrowed: detached, never closed, below
+    except OSError:
+        return True
+    try:
+        probe.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+        return True  # a message, or b"": the end of the stream
+    except BlockingIOError:
+        return False  # nothing to read: alive as far as anything but a round trip can tell
+    except OSError:
+        return True
+    finally:
+        probe.detach()
+
+
+def _discard_if_closed_by_server(dbapi_connection: Any, connection_record: Any, connection_proxy: Any) -> None:
+    """Pool checkout: a connection its server ended is discarded, and the pool hands out
+    another (a fresh one when none is left): no transaction ever starts on it."""
+    if _closed_by_server(dbapi_connection):
+        raise DisconnectionError("the server ended this pooled connection while it was idle")
+
+
+def _discard_if_unusable(context: Any) -> None:
+    """A statement failed: if its connection is of no further use (a read-only server, a
+    shutdown, a failed connection; see :func:`shared.errors.connection_unusable`), it is
+    invalidated, as SQLAlchemy does for the disconnects it recognises itself, so it is closed
+    instead of going back to the pool, and the connections pooled before it are replaced too."""
+    if context.original_exception is not None and connection_unusable(context.original_exception):
+        context.is_disconnect = True

@@ -6,7 +6,7 @@ unexpected to a problem document. An unexpected exception is logged with its
 traceback and answered with a generic 500 that leaks nothing.
 
 A database that cannot be reached (refused, restarted under us, pool
-exhausted) is not a bug: it answers 503 ``unavailable`` with ``Retry-After``
+exhausted, not the primary yet during a failover) is not a bug: it answers 503 ``unavailable`` with ``Retry-After``
 and logs one line, so an outage of the database does not turn every request
 into a traceback.
 """
@@ -176,18 +176,45 @@ def problem_from_http(error: HTTPException) -> Response:
     return problem(status, code, detail, headers=headers, **extensions)
 
 
+# SQLSTATEs that say "this server is not the primary (any more, or yet)" or "this
+# session is gone": the connection is of no further use (shared.db discards it),
+# and the request answers 503. 25006: a write on a standby, on a primary being
+# demoted, or on one promoted a moment ago that does not accept writes yet.
+# 57P01-57P03: shut down or starting up; class 08: the connection failed
+# (PgBouncer answers 08P01 when its server connection is gone or cannot be made).
+NOT_THE_PRIMARY = frozenset({"25006", "57P01", "57P02", "57P03"})
+CONNECTION_EXCEPTION_CLASS = "08"
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE a database error carries, if any (psycopg2's ``pgcode``)."""
+    return getattr(getattr(error, "orig", None), "pgcode", None) or getattr(error, "pgcode", None)
+
+
+def connection_unusable(error: BaseException) -> bool:
+    """Whether the connection ``error`` came from must be discarded, never used again:
+    its server is not (or no longer) a writable primary, or the session ended."""
+    code = sqlstate(error)
+    return code is not None and (code in NOT_THE_PRIMARY or code.startswith(CONNECTION_EXCEPTION_CLASS))
+
+
 def database_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached or used right now.
 
     psycopg2's OperationalError covers a refused or dropped connection, a
     server shutting down, and the transient refusals (deadlock, serialization
-    failure, statement cancelled); a closed connection surfaces as an
+    failure 40001, statement cancelled); a closed connection surfaces as an
     InterfaceError; SQLAlchemy adds its own for an invalidated connection and
-    an exhausted pool. All of them heal by themselves: a retry is the cure.
+    an exhausted pool; and a server that is not the primary (yet) answers a
+    write with 25006 (an InternalError in psycopg2's classes): see
+    :func:`connection_unusable`. All of them heal by themselves (a failover
+    ends, a transaction is tried again): a retry is the cure.
     """
     if isinstance(error, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError)):
         return True
     if isinstance(error, sa_exc.TimeoutError):  # no pooled connection free in time
+        return True
+    if isinstance(error, sa_exc.DBAPIError) and connection_unusable(error):
         return True
     return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
 

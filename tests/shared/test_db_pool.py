@@ -1,4 +1,4 @@
-"""The connection pool holds exactly ``pool_size`` PostgreSQL connections.
+"""The connection pool holds exactly ``pool_size`` PostgreSQL connections, and heals.
 
 A burst of callers above the pool waits for a pooled connection instead of
 opening one more: such an extra connection would be closed again when given
@@ -9,11 +9,17 @@ hundreds a second).
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import event, text
+import pytest
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
 from shared.db import Database
+from shared.errors import database_unavailable
 from tooling.testing import fresh_database
 
 POOL_SIZE = 2
@@ -52,3 +58,86 @@ def test_callers_beyond_the_pool_wait_for_a_pooled_connection_and_open_none(pg_s
 def _one(database: Database) -> None:
     with database.begin() as db_session:
         db_session.execute(text("SELECT 1"))
+
+
+# -- a pool that heals: connections the server ended, and read-only servers -----------
+
+
+def _backends(admin, database_name: str) -> int:
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name AND pid <> pg_backend_pid()"),
+            {"name": database_name},
+        ).scalar_one()
+
+
+def _terminate_all(admin, database_name: str) -> None:
+    """pg_terminate_backend on every session of the database, and wait until they are gone."""
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"
+                 " AND pid <> pg_backend_pid()"),
+            {"name": database_name},
+        )
+    deadline = time.monotonic() + 10
+    while _backends(admin, database_name):
+        assert time.monotonic() < deadline, "the terminated sessions did not end"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def healing(pg_server_url):
+    """A database, a Database on it with every pooled connection opened, and an admin engine."""
+    url = fresh_database(pg_server_url, "heal")
+    database = Database(url, pool_size=POOL_SIZE)
+    admin = create_engine(pg_server_url, poolclass=NullPool)
+    with database.begin() as db_session:
+        db_session.execute(text("CREATE TABLE t (x int)"))
+    _fill(database)
+    yield database, admin, make_url(url).database
+    database.dispose()
+    admin.dispose()
+
+
+def _fill(database: Database) -> None:
+    """Every pooled connection opened and back in the pool."""
+    barrier = threading.Barrier(POOL_SIZE)
+
+    def hold() -> None:
+        with database.begin() as db_session:
+            db_session.execute(text("SELECT 1"))
+            barrier.wait(timeout=10)
+
+    with ThreadPoolExecutor(POOL_SIZE) as pool:
+        list(pool.map(lambda _: hold(), range(POOL_SIZE)))
+
+
+def test_connections_the_server_ended_while_pooled_are_never_handed_out(healing):
+    database, admin, name = healing
+    _terminate_all(admin, name)
+
+    for n in range(2 * POOL_SIZE):
+        with database.begin() as db_session:  # no error: each runs on a fresh connection
+            db_session.execute(text("INSERT INTO t VALUES (:n)"), {"n": n})
+
+    with database.begin() as db_session:
+        assert db_session.execute(text("SELECT count(*) FROM t")).scalar_one() == 2 * POOL_SIZE
+
+
+def test_a_read_only_server_is_unavailable_and_its_connections_are_discarded(healing):
+    database, admin, name = healing
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
+    _terminate_all(admin, name)  # sessions start read-only from now on, as on a standby
+
+    with pytest.raises(DBAPIError) as failure, database.begin() as db_session:
+        db_session.execute(text("INSERT INTO t VALUES (1)"))
+
+    assert failure.value.orig.pgcode == "25006"
+    assert database_unavailable(failure.value)  # a 503 with Retry-After, never a 500
+    assert failure.value.connection_invalidated
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'ALTER DATABASE "{name}" RESET default_transaction_read_only'))
+    for n in range(2 * POOL_SIZE):  # the read-only connections were discarded: every write succeeds
+        with database.begin() as db_session:
+            db_session.execute(text("INSERT INTO t VALUES (:n)"), {"n": n})
