@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 from sqlalchemy.engine import URL, make_url
 
 from tooling import embedded_pg
@@ -235,7 +234,7 @@ class Node:
         self.dir.mkdir(exist_ok=True)
         _owned_by(self.dir, "postgres")
         config = self.dir / "patroni.yml"
-        config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        config.write_text(json.dumps(self.config(), indent=2))  # JSON is YAML: no YAML library needed
         config.chmod(0o644)
         env = {"HOME": str(self.dir), "PATH": f"{PG_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         self.process = Process(self.name, [str(PATRONI), str(config)], self.cluster.workdir / f"{self.name}.log",
@@ -243,10 +242,13 @@ class Node:
         return self
 
     def postmaster_pid(self) -> int | None:
+        """The postmaster's pid, if it runs (postmaster.pid outlives a killed one, and its pid may be reused)."""
         try:
-            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             return None
+        return pid if str(self.data_dir).encode() in command else None
 
     def kill(self, *, everything: bool = False) -> None:
         """kill -9 of patroni and of its postmaster (the postmaster's children notice it is

@@ -35,13 +35,15 @@ def ha(request):
         with Topology(workdir, env=TIMINGS, reconciler_args=("--leader-lease", str(LEASE))) as topology:
             yield topology
     finally:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        for line in FIGURES:
-            reporter.write_line(line)
-        if request.session.testsfailed == failed:
+        kept = request.session.testsfailed != failed
+        if not kept:
             shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            reporter.write_line(f"tests/scale: the topology's logs are kept in {workdir}")
+        # Shown whatever the output capture and verbosity (as capsys.disabled() does).
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+            reporter.write_line("")
+            for line in [*FIGURES, *([f"scale: the topology's logs are kept in {workdir}"] if kept else [])]:
+                reporter.write_line(line)
 
 
 def figure(line: str) -> None:
