@@ -54,3 +54,13 @@ def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
 
     assert "-m venv" not in commands and "[dev]" not in commands
     assert "pip install --quiet -e '.[test]'" in commands
+
+
+def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topology(tmp_path):
+    commands = planned("run-ha", tmp_path, installed=(".installed",))
+
+    # A virtualenv the postgres user can execute (Patroni runs as that user), apart from .venv.
+    assert "-m venv .venv-ha" in commands
+    assert ".venv-ha/bin/python -m pip install --quiet 'patroni[etcd3]'" in commands
+    assert "[dev]" not in commands and "[test]" not in commands
+    assert commands.rstrip().endswith(".venv/bin/python -m tooling.ha")
