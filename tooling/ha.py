@@ -35,15 +35,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 from tooling import embedded_pg
 from tooling.devrun import migrate_databases
@@ -364,10 +364,6 @@ class PatroniCluster:
         return wait_for(lambda: next((node for node in self.nodes if node.is_primary()), None),
                         timeout=120, what=f"a primary of {self.name}")
 
-    def standby(self) -> Node:
-        leader = self.leader()
-        return next(node for node in self.nodes if node is not leader)
-
     def healthy(self) -> bool:
         """A running primary and a standby streaming from it (the synchronous one, on platform)."""
         members = self.members()
@@ -616,9 +612,9 @@ class Topology:
         self._stack.callback(lambda: _in_parallel(
             [*(process.stop for process in self.reconcilers), *(server.stop for server in self.servers())]))
         with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda server: server.start(), (*self.cluster_svcs, *self.platform_svcs)))
+            list(pool.map(lambda server: server.start(), self.servers()))
         for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda: len(self.haproxy_up(proxy)) == self.replicas, timeout=30, what=f"HAProxy's {proxy}")
+            wait_for(lambda proxy=proxy: len(self.haproxy_up(proxy)) == self.replicas, timeout=30, what=f"HAProxy's {proxy}")
 
     def servers(self) -> list[LiveServer]:
         return [*self.cluster_svcs, *self.platform_svcs]

@@ -80,11 +80,11 @@ def test_a_killed_replica_of_each_service_is_routed_around(ha):
         gone_at = time.monotonic()
         load.wait_acknowledged(40, since=killed_at)
         for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda: len(ha.haproxy_up(proxy)) == 1, timeout=10, what=f"HAProxy: {proxy}-0 down")
+            wait_for(lambda proxy=proxy: len(ha.haproxy_up(proxy)) == 1, timeout=10, what=f"HAProxy: {proxy}-0 down")
         for server in victims:
             ha.restart_service(server)
         for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda: len(ha.haproxy_up(proxy)) == 2, timeout=10, what=f"HAProxy: {proxy}-0 back")
+            wait_for(lambda proxy=proxy: len(ha.haproxy_up(proxy)) == 2, timeout=10, what=f"HAProxy: {proxy}-0 back")
         load.wait_acknowledged(20, since=time.monotonic())
     statuses = load.statuses()
     after = load.statuses(killed_at)
