@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import time
 
-from tests.scale.conftest import leader_gauge, wait_for
+from tests.e2e.conftest import wait_for
+from tests.scale.conftest import leader_gauge
 from tooling.testing import free_port
 
 LEASE = 3.0  # seconds: short, so a crashed leader's lease runs out quickly
