@@ -576,11 +576,12 @@ class _WhileLeading:
 @dataclass(frozen=True)
 class Periodic:
     """One of the leader's periodic passes: a name, its interval, and the pass
-    (given the stop event; returns its summary line)."""
+    (given its stop signal, set once the reconciler stops or loses the lease:
+    anything with ``is_set()``, as the passes' ``stop``; returns its summary line)."""
 
     name: str
     interval: float
-    run: Callable[[threading.Event], str]
+    run: Callable[[Any], str]
 
 
 def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: threading.Event) -> None:

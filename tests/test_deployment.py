@@ -93,7 +93,42 @@ def test_the_shipped_alert_rules_pass_promtool():
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 rules found" in result.stdout
+    assert "5 rules found" in result.stdout
+
+
+def test_the_repair_leader_alert_fires_when_no_reconciler_or_two_lead_for_five_minutes(tmp_path):
+    shutil.copy(ROOT / "deploy" / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+    # Two reconcilers: one leads, then the leader dies (none for 6 minutes), then both claim it.
+    series = [
+        {"series": 'sync_repair_leader{instance="a"}', "values": "1x5 0x6 1x6"},
+        {"series": 'sync_repair_leader{instance="b"}', "values": "0x5 0x6 1x6"},
+    ]
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
+    annotations = next(rule for rule in rules if rule["alert"] == "RepairLeaderNotOne")["annotations"]
+
+    def firing(leaders: int) -> list[dict]:
+        summary = annotations["summary"].replace("{{ $value }}", str(leaders))
+        return [{"exp_labels": {"severity": "warning"},
+                 "exp_annotations": {"summary": summary, "description": annotations["description"]}}]
+
+    expected = [
+        {"eval_time": "4m", "alertname": "RepairLeaderNotOne", "exp_alerts": []},
+        {"eval_time": "8m", "alertname": "RepairLeaderNotOne", "exp_alerts": []},  # none for 3 minutes: not yet
+        {"eval_time": "11m", "alertname": "RepairLeaderNotOne", "exp_alerts": firing(0)},
+        {"eval_time": "17m", "alertname": "RepairLeaderNotOne", "exp_alerts": firing(2)},
+    ]
+    tests = {
+        "rule_files": ["alerts.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": expected}],
+    }
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
+
+    result = subprocess.run(
+        [_promtool(), "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_shipped_prometheus_config_passes_promtool(tmp_path):

@@ -32,7 +32,7 @@ from pathlib import Path
 import psycopg2
 from sqlalchemy.engine import make_url
 
-from tooling.testing import free_port
+from tooling.testing import free_port, stop_process_group
 
 BINARY = "pgbouncer"
 DEBIAN_BINARY = "/usr/sbin/pgbouncer"
@@ -112,14 +112,7 @@ class PgBouncer:
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """Stop it (SIGINT: at once, dropping every connection; SIGTERM waits for clients to leave)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, sig)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        stop_process_group(self.process, sig)
 
     def __enter__(self) -> PgBouncer:
         return self.start()

@@ -177,14 +177,7 @@ class LiveServer:
         raise TimeoutError(f"{self.argv[0]} did not become healthy on port {self.port}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, sig)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        stop_process_group(self.process, sig)
 
     def __enter__(self) -> LiveServer:
         return self.start()
@@ -203,6 +196,19 @@ class LiveServer:
             if int(fields[1]) == self.process.pid:
                 pids.append(int(stat.parent.name))
         return sorted(pids)
+
+
+def stop_process_group(process: subprocess.Popen | None, sig: int, timeout: float = 15) -> None:
+    """Send ``sig`` to a process started in a session of its own (and its children), and wait
+    for it; SIGKILL if it is not gone within ``timeout`` seconds. Nothing if it is not running."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def console_script(name: str) -> str:

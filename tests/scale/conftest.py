@@ -4,9 +4,7 @@ PostgreSQL (:mod:`tooling.pgbouncer`), the pair's services and reconcilers behin
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -16,26 +14,10 @@ from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from tests.e2e.conftest import wait_for
 from tooling import pgbouncer
 from tooling.pair import Pair
 from tooling.testing import fresh_database
-
-
-def cluster_body(**overrides):
-    body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
-    body.update(overrides)
-    return body
-
-
-def wait_for(condition, *, timeout: float = 20.0, what: str = "condition"):
-    """Poll ``condition`` until it returns something truthy (and return that); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -133,13 +115,3 @@ def leader_gauge(port: int) -> float | None:
         if line.startswith("sync_repair_leader "):
             return float(line.split()[1])
     raise AssertionError("sync_repair_leader is not exported")
-
-
-def direct(url: str, databases: tuple[str, str]) -> str:
-    """The direct URL of the database ``url`` names (through PgBouncer or not)."""
-    name = make_url(url).database
-    return next(candidate for candidate in databases if make_url(candidate).database == name)
-
-
-def logs_of(path: Path) -> str:
-    return path.read_text(errors="replace")

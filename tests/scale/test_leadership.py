@@ -10,9 +10,12 @@ that stops gives the lease back for the next one to take at once.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 
-from tests.scale.conftest import leader_gauge, wait_for
+from tests.e2e.conftest import wait_for
+from tests.scale.conftest import leader_gauge
 from tooling.testing import free_port
 
 LEASE = 3.0  # seconds: short, so a crashed leader's lease runs out quickly
@@ -58,13 +61,23 @@ def test_through_pgbouncer_exactly_one_reconciler_leads_and_another_takes_over_w
     assert takeover <= LEASE + 0.5  # the lease's own time, and a scrape
 
 
-def test_after_every_reconciler_stopped_a_new_one_connected_directly_leads_at_once(scale_pair, bouncer, databases):
+def test_a_leader_that_stops_hands_over_and_after_all_stopped_a_new_one_connected_directly_leads_at_once(
+    scale_pair, bouncer, databases
+):
     pair = scale_pair(through=bouncer)
     ports = [free_port(), free_port()]
     with pair.reconciler(*options(ports[0])) as first, pair.reconciler(*options(ports[1])) as second:
         wait_for(lambda: sum(leader_gauge(port) or 0 for port in ports) == 1, what="a leader")
-        wait_for(lambda: passes(first) + passes(second) >= 1, what="a pass")
-    # Both stopped (SIGTERM, exit 0): the leader gave the lease back.
+        leading = 0 if leader_gauge(ports[0]) == 1 else 1
+        leader = (first, second)[leading]
+        wait_for(lambda: passes(leader) >= 1, what="a pass")
+
+        os.killpg(leader.process.pid, signal.SIGTERM)  # a clean stop: the lease is given back
+        assert leader.process.wait(timeout=60) == 0
+        stopped = time.monotonic()
+        wait_for(lambda: leader_gauge(ports[1 - leading]) == 1, timeout=LEASE, what="the other leading")
+        handover = time.monotonic() - stopped
+    # Both stopped (SIGTERM, exit 0): the last leader gave the lease back too.
 
     port = free_port()
     direct = {"PLATFORM_DATABASE_URL": databases[1]}  # no PgBouncer on the way
@@ -74,5 +87,8 @@ def test_after_every_reconciler_stopped_a_new_one_connected_directly_leads_at_on
         leading_after = time.monotonic() - started
         wait_for(lambda: passes(third) >= 1, what="a pass by the new reconciler")
 
-    print(f"a new reconciler leads {leading_after:.2f} s after it started running (lease {LEASE} s)")
+    print(f"handover after a clean stop: {handover:.2f} s; a new reconciler leads {leading_after:.2f} s"
+          f" after it started running (lease {LEASE} s)")
+    assert "the lease is given back" in leader.output()
+    assert handover <= LEASE / 3 + 0.5  # the other's next try, not the lease running out
     assert LEADS in third.output()
