@@ -93,7 +93,60 @@ def test_the_shipped_alert_rules_pass_promtool():
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 rules found" in result.stdout
+    assert "5 rules found" in result.stdout
+
+
+# An hour's horizon: the alert fires once the oldest tombstone is 3 hours old (horizon + 2 h)
+# for 10 minutes. A tombstone age growing a minute a minute (purge stopped) fires it for its
+# resource only; one that purge keeps cutting back (under the horizon plus an interval) never does.
+TOMBSTONE_ALERT_CASES = {
+    "rule_files": ["alerts.yml"],
+    "evaluation_interval": "1m",
+    "tests": [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": "id_horizon_seconds", "values": "3600x300"},
+                {"series": 'tombstone_oldest_seconds{resource="cluster"}', "values": "0+60x300"},
+                # purge every hour: the oldest is never more than horizon + grace + an hour old
+                {"series": 'tombstone_oldest_seconds{resource="firewall_rule"}',
+                 "values": " ".join(["3600+60x60"] * 5)},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "185m", "alertname": "TombstonesOutliveTheHorizon", "exp_alerts": []},
+                {
+                    "eval_time": "195m",
+                    "alertname": "TombstonesOutliveTheHorizon",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "resource": "cluster"},
+                            "exp_annotations": {
+                                "summary": "The oldest cluster tombstone is more than 2 hours past the ID horizon",
+                                "description": None,  # filled in from the shipped rule below
+                            },
+                        }
+                    ],
+                },
+            ],
+        }
+    ],
+}
+
+
+def test_the_tombstone_alert_fires_when_purge_stops_and_only_then(tmp_path):
+    shipped = ROOT / "deploy" / "prometheus" / "alerts.yml"
+    rules = {rule["alert"]: rule for rule in yaml.safe_load(shipped.read_text())["groups"][0]["rules"]}
+    cases = json.loads(json.dumps(TOMBSTONE_ALERT_CASES))
+    expected = cases["tests"][0]["alert_rule_test"][1]["exp_alerts"][0]["exp_annotations"]
+    expected["description"] = rules["TombstonesOutliveTheHorizon"]["annotations"]["description"]
+    shutil.copy(shipped, tmp_path / "alerts.yml")
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(cases))
+
+    result = subprocess.run(
+        [_promtool(), "test", "rules", str(tmp_path / "alerts_test.yml")], capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_shipped_prometheus_config_passes_promtool(tmp_path):
@@ -127,6 +180,9 @@ def test_grafana_is_provisioned_with_the_datasource_and_a_dashboard_of_every_sig
         "sync_oldest_pending_seconds",
         "sync_pushes_total",
         "sync_repairs_total",
+        "tombstones",
+        "tombstone_oldest_seconds",
+        "id_horizon_seconds",
     ):
         assert metric in queries, metric
     assert any("/var/lib/grafana/dashboards" in volume for volume in compose["services"]["grafana"]["volumes"])

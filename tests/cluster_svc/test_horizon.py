@@ -263,6 +263,12 @@ def test_the_tombstone_gauges_count_tombstones_and_the_oldest_ones_age(client, e
     assert counted(client, "tombstones", resource="firewall_rule") >= 0
 
 
+def test_the_horizon_the_tombstones_are_bounded_by_is_served_beside_them(client, old_times):
+    # What the alert on the oldest tombstone compares it with: each app's own ID_HORIZON_SECONDS.
+    assert counted(client, "id_horizon_seconds") == 2_592_000
+    assert counted(old_times, "id_horizon_seconds") == 100 * 365 * DAY
+
+
 @pytest.mark.parametrize("table", ["clusters", "firewall_rules"])
 def test_the_tombstone_gauges_are_read_through_the_deleted_rows_index_never_the_table(engine, table):
     from cluster_svc.resources import RESOURCES
