@@ -212,15 +212,17 @@ class Pair:
     # -- lifecycle -----------------------------------------------------------------
 
     def start(self) -> Pair:
-        """The proxy, then both services side by side (each takes about a second to start)."""
+        """The proxy, then both services side by side (each takes about a second to start),
+        and the purge beside them if the pair purges (it needs only the database)."""
         if self.proxy is not None:
             self.proxy.start()
         self.platform_svc = self._platform_service(free_port())
-        with ThreadPoolExecutor(2) as pool:
-            for started in [pool.submit(server.start) for server in (self.cluster_svc, self.platform_svc)]:
-                started.result()
+        starts = [server.start for server in (self.cluster_svc, self.platform_svc)]
         if self.purge_every is not None:
-            self._background.enter_context(self.purging(self.purge_every))
+            starts.append(lambda: self._background.enter_context(self.purging(self.purge_every)))
+        with ThreadPoolExecutor(len(starts)) as pool:
+            for started in [pool.submit(start) for start in starts]:
+                started.result()
         return self
 
     def __enter__(self) -> Pair:
@@ -317,10 +319,12 @@ class Pair:
             check=False,  # the test reads the exit code
         )
 
-    def cluster_cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def cluster_cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Run ``cluster-svc ARGS`` to completion (``purge``, say)."""
         return subprocess.run(
-            [console_script("cluster-svc"), *args], env={**os.environ, **self.cluster_env},
+            [console_script("cluster-svc"), *args], env={**os.environ, **self.cluster_env, **(env or {})},
             capture_output=True, text=True, timeout=timeout, check=False,
         )
 
