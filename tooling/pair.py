@@ -335,24 +335,9 @@ class Pair:
         the log its ``purge:`` lines go to."""
         self._purges += 1
         log = self.workdir / f"purge-{self._purges}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [console_script("cluster-svc"), "purge", "--every", str(every)],
-                env={**os.environ, **self.cluster_env}, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        try:
-            deadline = time.monotonic() + 60
-            while b"purge: " not in log.read_bytes():
-                assert process.poll() is None, f"the purge exited with {process.returncode}: {log.read_text()}"
-                assert time.monotonic() < deadline, "the purge made no pass within 60 s"
-                time.sleep(0.02)
+        argv = [console_script("cluster-svc"), "purge", "--every", str(every)]
+        with _running(argv, self.cluster_env, log, ready=b"purge: ", what="the purge"):
             yield log
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=60)
-            assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
 
     @contextmanager
     def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[Reconciler]:
@@ -367,27 +352,10 @@ class Pair:
             args = (*args, "--purge-interval", str(self.purge_every))
         self._runs += 1
         log = self.workdir / f"reconciler-{self._runs}.log"
-        with log.open("wb") as out:  # a file, not a pipe: a full pipe would block its logging
-            process = subprocess.Popen(
-                [console_script("platform-svc"), "reconcile", *args],
-                env={**os.environ, **self.platform_env, **(env or {})},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        reconciler = Reconciler(process, log)
-        try:
-            deadline = time.monotonic() + 60
-            while b"reconciler running" not in log.read_bytes():
-                assert process.poll() is None, f"the reconciler exited with {process.returncode} at start-up"
-                assert time.monotonic() < deadline, "the reconciler did not start within 60 s"
-                time.sleep(0.02)
-            yield reconciler
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=120)
-                assert process.returncode == 0, reconciler.output()[-5000:]
+        argv = [console_script("platform-svc"), "reconcile", *args]
+        with _running(argv, {**self.platform_env, **(env or {})}, log, ready=b"reconciler running",
+                      what="the reconciler") as process:
+            yield Reconciler(process, log)
 
     def reconcile(self, processes: int = 1, *, concurrency: int = 8, batch: int = 100) -> list[Run]:
         """``platform-svc reconcile --once``, ``processes`` of them started together."""
@@ -541,6 +509,29 @@ class Pair:
 
     def public_5xx(self, mark: Mark) -> int:
         return sum(n for status, n in (self.tally.snapshot() - mark.public).items() if status and status >= 500)
+
+
+@contextmanager
+def _running(argv: list[str], env: dict[str, str], log: Path, *, ready: bytes, what: str) -> Iterator[subprocess.Popen]:
+    """A process of ours running until the block ends, its output in ``log`` (a file, not a
+    pipe: a full pipe would block its logging), in a session of its own; the block starts once
+    ``ready`` is in its output. Then SIGTERM, and it must exit 0, unless the block ended it itself."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while ready not in log.read_bytes():
+            assert process.poll() is None, f"{what} exited with {process.returncode} at start-up: {log.read_text()}"
+            assert time.monotonic() < deadline, f"{what} did not start within 60 s"
+            time.sleep(0.02)
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=120)
+            assert process.returncode == 0, log.read_text(errors="replace")[-5000:]
 
 
 def start_pair(server_url: str, workdir: Path, *, cluster_server_url: str | None = None, **options: Any) -> Pair:
