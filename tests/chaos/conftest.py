@@ -16,7 +16,7 @@ import pytest
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tests.chaos.convergence import FIGURES, Figures, install_audit
+from tests.chaos.convergence import FIGURES, Figures, install_audit, read_audit
 from tests.chaos.harness import PURGE_EVERY, scale_from_env
 from tooling.pair import Pair
 from tooling.testing import fresh_database, own_postgres
@@ -50,7 +50,8 @@ def running_pair(
     beside the pair, every reconciler with ``--purge-interval``, both every
     :data:`PURGE_EVERY` seconds), unless ``purge`` is false; both services'
     horizon is ``horizon`` seconds (the scale's unless given). Both databases
-    are audited (see :func:`install_audit`) from the start.
+    are audited (see :func:`install_audit`) from the start, and after the
+    module's scenarios neither may have lost a row purge may not remove.
     """
     cluster_db_url = fresh_database(cluster_server, "chaos_cluster", migrations=CLUSTER_MIGRATIONS)
     platform_db_url = fresh_database(platform_server, "chaos_platform", migrations=PLATFORM_MIGRATIONS)
@@ -65,6 +66,11 @@ def running_pair(
         purge_every=PURGE_EVERY if purge else None,
     ) as pair:
         yield pair
+        # Whatever the module's scenarios did: purge removed nothing on either side but deleted
+        # rows whose ID was past the horizon.
+        for platform in (False, True):
+            audit = read_audit(pair, platform=platform)
+            assert audit.hard_deletes == 0, f"{'platform' if platform else 'cluster_svc'}: {audit}"
 
 
 @pytest.fixture(scope="module")
