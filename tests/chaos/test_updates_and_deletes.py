@@ -7,7 +7,7 @@ the inline pushes. Updates: generations only ever move forward downstream
 platform's. Deletes: every deleted object is a tombstone downstream, and
 nothing else is, until purge removes it.
 
-This pair's horizon is a few seconds (``SHORT_HORIZON``): the objects are
+This pair's horizon is seconds (the scale's ``short_horizon``): the objects are
 made first and then only updated and deleted, so by the time they are
 deleted their IDs are past it, and purge (running on both sides) removes
 each tombstone, and the platform's deleted row once its delete is confirmed,
@@ -30,7 +30,7 @@ from tooling.faultproxy import Fault, Plan
 from shared.schemas import PLANS
 from tests.chaos.conftest import running_pair, seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import SHORT_HORIZON, cluster_body, rule_body, run_all
+from tests.chaos.harness import cluster_body, rule_body, run_all
 from tooling.pair import PublicApi, expect
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
@@ -47,10 +47,11 @@ class Estate:
 
 
 @pytest.fixture(scope="module")
-def pair(pg_server_url, tmp_path_factory, request):
+def pair(pg_server_url, tmp_path_factory, request, scale):
     """Both services on the run's PostgreSQL, with a horizon of seconds (see above)."""
     yield from running_pair(
-        request, tmp_path_factory, platform_server=pg_server_url, cluster_server=pg_server_url, horizon=SHORT_HORIZON
+        request, tmp_path_factory, platform_server=pg_server_url, cluster_server=pg_server_url,
+        horizon=scale.short_horizon,
     )
 
 
@@ -168,6 +169,7 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
         results = run_all(calls, scale.threads)
         # Every ID is past the horizon soon (most already are): purge removes every deleted
         # object on both sides, the platform's once the reconciler had its delete confirmed.
+        # (A wait for a time the IDs name, at most the horizon, not for a race.)
         deadline = time.monotonic() + pair.horizon.seconds + pair.horizon.grace + 60
         while deleted_rows(pair) != (0, 0):
             assert time.monotonic() < deadline, f"deleted rows left (platform, cluster_svc): {deleted_rows(pair)}"
