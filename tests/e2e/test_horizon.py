@@ -203,13 +203,24 @@ def test_repair_after_purges_on_both_sides_finds_nothing(new_pair):
     downstream = pair.cluster_cli("purge")
     assert downstream.stdout.startswith("purge: removed 1 clusters, 2 firewall_rules"), downstream.stdout
     first = pair.cli("repair")
+    assert made[0][0] in pair.platform_rows("clusters") and made[0][0] not in pair.cluster_svc_rows("clusters")
+    purged_downstream_first = pair.compare()
+    # The last cluster (and its rule) is deleted only now: the platform purges it before cluster_svc does.
+    assert pair.api("DELETE", f"/v1/clusters/{made[2][0]}").status_code == 204
+    assert pair.cli("reconcile", "--once").returncode == 0  # its rule's delete, confirmed
     with pair.reconciler("--purge-interval", "0.3", "--repair-interval", "0") as reconciler:
-        wait_for(lambda: made[0][0] not in pair.platform_rows("clusters"), what="the leader's purge")
+        wait_for(lambda: not {made[0][0], made[2][0]} & pair.platform_rows("clusters").keys(),
+                 what="the leader's purge")
         output = reconciler.output()
     second = pair.cli("repair")
+    purged_upstream_first = pair.compare()
 
     for result in (first, second):
         assert result.returncode == 0, result.stderr
         [summary] = result.stdout.splitlines()  # no finding line at all
         assert summary.startswith("repair: 0 missing, 0 behind, 0 ahead, 0 diverged, 0 undeleted, 0 deleted_downstream, 0 orphan")
-    assert "this reconciler runs the passes" in output and "purge: removed 1 clusters, 2 firewall_rules" in output
+    assert "this reconciler runs the passes" in output and "purge: removed 2 clusters, 3 firewall_rules" in output
+    # Whichever side purged first, the two databases agree (tooling.compare knows the horizon, as repair does).
+    assert purged_downstream_first.exact, purged_downstream_first.describe()
+    assert purged_upstream_first.exact, purged_upstream_first.describe()
+    assert made[2][0] in pair.cluster_svc_rows("clusters") and made[2][0] not in pair.platform_rows("clusters")
