@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         database=database,
         authenticate=authenticate,
         internal_token=settings.internal_token,
-        metrics_collectors=[TombstonesCollector(database)],
+        metrics_collectors=[TombstonesCollector(database, settings.horizon)],
         testing=testing,
     )
     app.extensions["horizon"] = settings.horizon

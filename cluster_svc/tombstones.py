@@ -5,7 +5,9 @@ no create of that ID is accepted any more, so the tombstone holds nothing
 back. ``tombstones`` and ``tombstone_oldest_seconds`` are read at scrape time
 through the index on deleted rows (``ix_<table>_deleted``: an index-only
 count and its first entry), never the table; with purge running, both stay
-bounded by what is deleted within one horizon.
+bounded by what is deleted within one horizon. ``id_horizon_seconds`` says
+which horizon, so an alert can tell when the oldest tombstone outlives it
+(deploy/prometheus/alerts.yml).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from sqlalchemy.sql import ColumnElement
 
 from cluster_svc.resources import RESOURCES
 from shared.db import Database
+from shared.horizon import Horizon
 from shared.registry import Registry, Resource
 
 log = logging.getLogger(__name__)
@@ -41,16 +44,20 @@ def tombstone_stats(*, db_session: Connection, resource: Resource) -> tuple[int,
 
 
 class TombstonesCollector:
-    """A prometheus-client collector: ``tombstones`` and ``tombstone_oldest_seconds`` per resource."""
+    """A prometheus-client collector: ``tombstones`` and ``tombstone_oldest_seconds`` per resource,
+    and the ``id_horizon_seconds`` they are bounded by (served even when the database does not answer)."""
 
-    def __init__(self, database: Database, registry: Registry = RESOURCES) -> None:
+    def __init__(self, database: Database, horizon: Horizon, registry: Registry = RESOURCES) -> None:
         self.database = database
+        self.horizon = horizon
         self.registry = registry
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families())
+        return iter((*self._families(), self._horizon()))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        horizon = self._horizon()
+        horizon.add_metric([], self.horizon.seconds)
         count, oldest = self._families()
         try:
             with self.database.begin() as db_session:
@@ -61,8 +68,16 @@ class TombstonesCollector:
                     oldest.add_metric([resource.label], age.total_seconds() if age is not None else 0.0)
         except Exception as exc:  # the scrape still serves the counters
             log.warning("tombstone metrics: the database did not answer (%s)", type(exc).__name__)
-            return iter(())
-        return iter((count, oldest))
+            return iter((horizon,))
+        return iter((count, oldest, horizon))
+
+    @staticmethod
+    def _horizon() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "id_horizon_seconds",
+            "The ID horizon (ID_HORIZON_SECONDS): no create of a UUIDv7 older than this is accepted, and "
+            "purge removes its tombstone.",
+        )
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:

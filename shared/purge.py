@@ -149,8 +149,11 @@ def remove(
 
     A row may go when it is deleted, meets ``purgeable``, its ID is a UUIDv7
     below ``cutoff``, no row under it is left, and nobody holds it. A dry run
-    takes no lock and counts a row as going when what is under it would go
-    too (one level down).
+    takes no lock and counts a row as going when every row under it would go
+    too: every descendant names all its ancestors (the registry requires the
+    columns), so each level down is checked directly, and a grandchild that
+    stays keeps its grandparent in a dry run as in a real one (the real pass
+    has removed the grandchildren that may go before it comes to the parents).
     """
     table = resource.table
     conditions = [

@@ -72,7 +72,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         header = (
             f"scale {name}, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_SCALE={name})\n"
             "objects as live/deleted, counted in each scenario's databases; deleted in cluster_svc means a"
-            " tombstone (or a rule its deleted cluster answers for)"
+            " tombstone (or a rule its deleted cluster answers for); purged as platform/cluster_svc, deleted rows"
+            " purge removed in the scenario's module so far"
         )
         terminalreporter.write_line(render(rows, header))
 

@@ -93,18 +93,31 @@ def test_the_shipped_alert_rules_pass_promtool():
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 rules found" in result.stdout
+    assert "6 rules found" in result.stdout
+
+
+def promtool_test_rules(tmp_path, tests: list[dict]) -> subprocess.CompletedProcess:
+    """``promtool test rules`` over the shipped alert rules with these test cases."""
+    shutil.copy(ROOT / "deploy" / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+    cases = {"rule_files": ["alerts.yml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(cases))
+    return subprocess.run(
+        [_promtool(), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+
+def shipped_annotations(alert: str) -> dict:
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
+    return next(rule for rule in rules if rule["alert"] == alert)["annotations"]
 
 
 def test_the_repair_leader_alert_fires_when_no_reconciler_or_two_lead_for_five_minutes(tmp_path):
-    shutil.copy(ROOT / "deploy" / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
     # Two reconcilers: one leads, then the leader dies (none for 6 minutes), then both claim it.
     series = [
         {"series": 'sync_repair_leader{instance="a"}', "values": "1x5 0x6 1x6"},
         {"series": 'sync_repair_leader{instance="b"}', "values": "0x5 0x6 1x6"},
     ]
-    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
-    annotations = next(rule for rule in rules if rule["alert"] == "RepairLeaderNotOne")["annotations"]
+    annotations = shipped_annotations("RepairLeaderNotOne")
 
     def firing(leaders: int) -> list[dict]:
         summary = annotations["summary"].replace("{{ $value }}", str(leaders))
@@ -117,16 +130,39 @@ def test_the_repair_leader_alert_fires_when_no_reconciler_or_two_lead_for_five_m
         {"eval_time": "11m", "alertname": "RepairLeaderNotOne", "exp_alerts": firing(0)},
         {"eval_time": "17m", "alertname": "RepairLeaderNotOne", "exp_alerts": firing(2)},
     ]
-    tests = {
-        "rule_files": ["alerts.yml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": expected}],
-    }
-    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
 
-    result = subprocess.run(
-        [_promtool(), "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    result = promtool_test_rules(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": expected}])
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_tombstone_alert_fires_when_purge_stops_and_only_then(tmp_path):
+    # An hour's horizon: the alert fires once the oldest tombstone is 3 hours old (horizon + 2 h)
+    # for 10 minutes. A tombstone age growing a minute a minute (purge stopped) fires it for its
+    # resource only; one that purge keeps cutting back (under the horizon plus an interval) never does.
+    series = [
+        {"series": "id_horizon_seconds", "values": "3600x300"},
+        {"series": 'tombstone_oldest_seconds{resource="cluster"}', "values": "0+60x300"},
+        # purge every hour: the oldest is never more than horizon + grace + an hour old
+        {"series": 'tombstone_oldest_seconds{resource="firewall_rule"}', "values": " ".join(["3600+60x60"] * 5)},
+    ]
+    summary = "The oldest cluster tombstone is more than 2 hours past the ID horizon"
+    description = shipped_annotations("TombstonesOutliveTheHorizon")["description"]
+    expected = [
+        {"eval_time": "185m", "alertname": "TombstonesOutliveTheHorizon", "exp_alerts": []},
+        {
+            "eval_time": "195m",
+            "alertname": "TombstonesOutliveTheHorizon",
+            "exp_alerts": [
+                {
+                    "exp_labels": {"severity": "warning", "resource": "cluster"},
+                    "exp_annotations": {"summary": summary, "description": description},
+                }
+            ],
+        },
+    ]
+
+    result = promtool_test_rules(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": expected}])
 
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -162,6 +198,9 @@ def test_grafana_is_provisioned_with_the_datasource_and_a_dashboard_of_every_sig
         "sync_oldest_pending_seconds",
         "sync_pushes_total",
         "sync_repairs_total",
+        "tombstones",
+        "tombstone_oldest_seconds",
+        "id_horizon_seconds",
     ):
         assert metric in queries, metric
     assert any("/var/lib/grafana/dashboards" in volume for volume in compose["services"]["grafana"]["volumes"])

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 
 from platform_svc.content import OWNER, owned
 from platform_svc.resources import RESOURCES
+from shared.horizon import Horizon
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,21 @@ class Comparison:
         return "\n".join([*shown, *([f"... and {more} more"] if more > 0 else [])])
 
 
-def compare(platform: Engine, downstream: Engine, *, account_id: str | None = None) -> Comparison:
+def compare(
+    platform: Engine, downstream: Engine, *, account_id: str | None = None, horizon: Horizon = Horizon()
+) -> Comparison:
     """Every platform object against cluster_svc's row with the same ID.
 
     A live platform object must be synced and equal downstream field by field;
     a deleted one must have its delete confirmed and be a tombstone downstream.
-    One exception, by cluster_svc's design: an object (a firewall rule) that
+    Two exceptions, by cluster_svc's design: an object (a firewall rule) that
     never reached cluster_svc before its parent was deleted has no row there;
-    its parent's tombstone answers for it (a late create of it gets 410).
-    Nothing may exist downstream that the platform does not know.
+    its parent's tombstone answers for it (a late create of it gets 410). And
+    a deleted object whose ID is past the ``horizon`` may have been purged on
+    either side first: its tombstone missing downstream, or its deleted row
+    missing on the platform, is the bound holding (no create of it can come
+    any more), as repair judges it. Nothing else may exist downstream that the
+    platform does not know.
 
     With ``account_id``, only that account's objects, and downstream only
     theirs and rows of its team: what other tests sharing the databases did is
@@ -120,6 +127,8 @@ def compare(platform: Engine, downstream: Engine, *, account_id: str | None = No
                 if deleted and kind.parent is not None and _parent_tombstone(kind, row, theirs):
                     result.downstream[f"{kind.table} covered by their parent's tombstone"] += 1
                     continue
+                if deleted and row["delete_synced_at"] is not None and horizon.expired(object_id):
+                    continue  # purged downstream
                 problem("missing from cluster_svc")
                 continue
             if deleted:
@@ -139,6 +148,8 @@ def compare(platform: Engine, downstream: Engine, *, account_id: str | None = No
         for object_id, other in theirs[kind.table].items():
             result.downstream[f"{kind.table} {'tombstones' if other['deleted_at'] is not None else 'live'}"] += 1
             if object_id not in ours[kind.table]:
+                if other["deleted_at"] is not None and horizon.expired(object_id):
+                    continue  # purged on the platform first
                 result.orphans += 1
                 result.problems.append(Problem(kind.table, object_id, "in cluster_svc, unknown to the platform"))
     return result

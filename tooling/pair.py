@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ from sqlalchemy.pool import NullPool
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from platform_svc.resources import RESOURCES
+from shared.config import id_horizon_seconds
+from shared.horizon import Horizon
 from tooling.compare import Comparison, compare
 from tooling.faultproxy import FaultProxy
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
@@ -174,8 +176,13 @@ class Pair:
     """cluster_svc and platform_svc side by side, their databases, and what drives them.
 
     ``env`` is added to both services' (and the CLI's) environment, over
-    :data:`TIMINGS`; with ``proxy``, platform_svc reaches cluster_svc through
-    a fault proxy (:attr:`proxy`). Start it with :meth:`start` (or ``with``).
+    :data:`TIMINGS` (``ID_HORIZON_SECONDS`` there is :attr:`horizon`); with
+    ``proxy``, platform_svc reaches cluster_svc through a fault proxy
+    (:attr:`proxy`). With ``purge_every``, purge runs on both sides as an
+    operator runs it: ``cluster-svc purge --every`` beside the pair from
+    start to stop (:meth:`purging`), and every :meth:`reconciler` with
+    ``--purge-interval`` (unless the caller gives its own). Start it with
+    :meth:`start` (or ``with``).
     """
 
     def __init__(
@@ -187,6 +194,7 @@ class Pair:
         env: dict[str, str] | None = None,
         proxy: bool = False,
         workers: int = 2,
+        purge_every: float | None = None,
     ) -> None:
         self.token = TOKEN
         self.cluster_db_url = cluster_db_url
@@ -195,6 +203,10 @@ class Pair:
         # TMPDIR: what the processes leave behind when killed (serve's metrics folder) stays in the work folder.
         (workdir / "tmp").mkdir(exist_ok=True)
         self.env = {**TIMINGS, "TMPDIR": str(workdir / "tmp"), **(env or {})}
+        self.horizon = Horizon(id_horizon_seconds(self.env))
+        self.purge_every = purge_every
+        self._background = ExitStack()  # what runs beside the services until stop (the purge)
+        self._purges = 0
         self.serve = ["serve", "--workers", str(workers), "--threads", "8"]
         self.tally = Tally()
         self.events: Counter[str] = Counter()  # the crashes a test caused, by kind
@@ -224,12 +236,16 @@ class Pair:
     # -- lifecycle -----------------------------------------------------------------
 
     def start(self) -> Pair:
-        """The proxy, then both services side by side (each takes about a second to start)."""
+        """The proxy, then both services side by side (each takes about a second to start),
+        and the purge beside them if the pair purges (it needs only the database)."""
         if self.proxy is not None:
             self.proxy.start()
         self.platform_svc = self._platform_service(free_port())
-        with ThreadPoolExecutor(2) as pool:
-            for started in [pool.submit(server.start) for server in (self.cluster_svc, self.platform_svc)]:
+        starts = [server.start for server in (self.cluster_svc, self.platform_svc)]
+        if self.purge_every is not None:
+            starts.append(lambda: self._background.enter_context(self.purging(self.purge_every)))
+        with ThreadPoolExecutor(len(starts)) as pool:
+            for started in [pool.submit(start) for start in starts]:
                 started.result()
         return self
 
@@ -245,7 +261,14 @@ class Pair:
 
     def stop(self) -> None:
         """Everything killed at once: nothing is checked after this, and a graceful stop of
-        ``serve`` takes a second or two (a test that needs one calls ``stop_cluster_svc``)."""
+        ``serve`` takes a second or two (a test that needs one calls ``stop_cluster_svc``).
+        The purge beside them is stopped first, and must exit 0."""
+        try:
+            self._background.close()
+        finally:
+            self._stop_services()
+
+    def _stop_services(self) -> None:
         for api in self.apis:
             api.close()
         for server in (self.platform_svc, self.cluster_svc):
@@ -320,36 +343,43 @@ class Pair:
             check=False,  # the test reads the exit code
         )
 
+    def cluster_cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        """Run ``cluster-svc ARGS`` to completion (``purge``, say)."""
+        return subprocess.run(
+            [console_script("cluster-svc"), *args], env={**os.environ, **self.cluster_env, **(env or {})},
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+    @contextmanager
+    def purging(self, every: float) -> Iterator[Path]:
+        """``cluster-svc purge --every EVERY`` running until the block ends, then stopped with
+        SIGTERM (it must exit 0). Its first pass is done when the block starts; the block gets
+        the log its ``purge:`` lines go to."""
+        self._purges += 1
+        log = self.workdir / f"purge-{self._purges}.log"
+        argv = [console_script("cluster-svc"), "purge", "--every", str(every)]
+        with _running(argv, self.cluster_env, log, ready=b"purge: ", what="the purge"):
+            yield log
+
     @contextmanager
     def reconciler(self, *args: str, env: dict[str, str] | None = None) -> Iterator[Reconciler]:
         """``platform-svc reconcile ARGS`` running until the block ends, then stopped with SIGTERM
         (it finishes the pushes it holds, and must exit 0), unless the block ended it itself.
 
-        It is running, its SIGTERM handler installed, when the block starts.
+        It is running, its SIGTERM handler installed, when the block starts. When the pair
+        purges (``purge_every``), it runs with ``--purge-interval`` that often unless ``args``
+        say otherwise.
         """
+        if self.purge_every is not None and "--purge-interval" not in args:
+            args = (*args, "--purge-interval", str(self.purge_every))
         self._runs += 1
         log = self.workdir / f"reconciler-{self._runs}.log"
-        with log.open("wb") as out:  # a file, not a pipe: a full pipe would block its logging
-            process = subprocess.Popen(
-                [console_script("platform-svc"), "reconcile", *args],
-                env={**os.environ, **self.platform_env, **(env or {})},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        reconciler = Reconciler(process, log)
-        try:
-            deadline = time.monotonic() + 60
-            while b"reconciler running" not in log.read_bytes():
-                assert process.poll() is None, f"the reconciler exited with {process.returncode} at start-up"
-                assert time.monotonic() < deadline, "the reconciler did not start within 60 s"
-                time.sleep(0.02)
-            yield reconciler
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=120)
-                assert process.returncode == 0, reconciler.output()[-5000:]
+        argv = [console_script("platform-svc"), "reconcile", *args]
+        with _running(argv, {**self.platform_env, **(env or {})}, log, ready=b"reconciler running",
+                      what="the reconciler") as process:
+            yield Reconciler(process, log)
 
     def reconcile(self, processes: int = 1, *, concurrency: int = 8, batch: int = 100) -> list[Run]:
         """``platform-svc reconcile --once``, ``processes`` of them started together."""
@@ -484,7 +514,7 @@ class Pair:
         """Both databases side by side (:func:`tooling.compare.compare`), of one account or all."""
         if self.proxy is not None:
             self.proxy.wait_idle(timeout=60)  # a delayed request still on its way could land later
-        return compare(self.platform_engine, self.cluster_engine, account_id=account_id)
+        return compare(self.platform_engine, self.cluster_engine, account_id=account_id, horizon=self.horizon)
 
     def all_synced(self) -> bool:
         """The current account has rows, and every one of them (of every resource) is synced."""
@@ -503,6 +533,29 @@ class Pair:
 
     def public_5xx(self, mark: Mark) -> int:
         return sum(n for status, n in (self.tally.snapshot() - mark.public).items() if status and status >= 500)
+
+
+@contextmanager
+def _running(argv: list[str], env: dict[str, str], log: Path, *, ready: bytes, what: str) -> Iterator[subprocess.Popen]:
+    """A process of ours running until the block ends, its output in ``log`` (a file, not a
+    pipe: a full pipe would block its logging), in a session of its own; the block starts once
+    ``ready`` is in its output. Then SIGTERM, and it must exit 0, unless the block ended it itself."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while ready not in log.read_bytes():
+            assert process.poll() is None, f"{what} exited with {process.returncode} at start-up: {log.read_text()}"
+            assert time.monotonic() < deadline, f"{what} did not start within 60 s"
+            time.sleep(0.02)
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=120)
+            assert process.returncode == 0, log.read_text(errors="replace")[-5000:]
 
 
 def start_pair(server_url: str, workdir: Path, *, cluster_server_url: str | None = None, **options: Any) -> Pair:

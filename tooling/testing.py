@@ -13,13 +13,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
 import requests
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Connection, Engine, event, text
 
 from tooling import embedded_pg
 from shared.cli import migrate
@@ -234,6 +234,32 @@ class StatementCounter:
             yield self.statements
         finally:
             event.remove(self.engine, "before_cursor_execute", self._record)
+
+
+def assert_reads_through(engine: Engine, index: str, read: Callable[[Connection], object]) -> str:
+    """Assert that the last statement ``read`` sends is planned through ``index``, never a
+    scan of the table; return the plan.
+
+    The statement is EXPLAINed with the parameters it was sent with and with
+    sequential scans turned off: a plan that still scans the table has no index
+    it can use, whatever the table's size (a small test table would be scanned anyway).
+    """
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        sent.append((statement, parameters))
+
+    with engine.begin() as conn:
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            read(conn)
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        statement, parameters = sent[-1]
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql(f"EXPLAIN {statement}", parameters))
+    assert index in plan and "Seq Scan" not in plan, plan
+    return plan
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,11 +1,13 @@
 """The audit trail of cluster_svc's tables, and the figures every scenario
 reports. (The two databases are compared row by row by :mod:`tooling.compare`.)
 
-The audit is a trigger the suite installs on cluster_svc's database (the
+The audit is a trigger the suite installs on both databases (the
 application knows nothing of it): every INSERT, UPDATE and DELETE of a cluster
 or firewall rule is written down with the generation and tombstone mark before
 and after, so "generations only move forward" and "nothing is resurrected"
-are checked over every write the run made, not only over the final state.
+are checked over every write the run made to cluster_svc, not only over the
+final state. A DELETE is purge's: on either side it may only ever remove a
+deleted row whose ID was past the horizon at that moment.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE OR DELETE ON firewall_rules
 
 
 def install_audit(database_url: str) -> None:
-    """The audit trigger on cluster_svc's database, before anything writes to it."""
+    """The audit trigger on a database of either service, before anything writes to it."""
     engine = create_engine(database_url, poolclass=NullPool)
     try:
         with engine.begin() as conn:
@@ -67,34 +69,49 @@ def install_audit(database_url: str) -> None:
 
 @dataclass(frozen=True)
 class Audit:
-    """What cluster_svc's tables went through (should all be zero)."""
+    """What a service's tables went through: all zero for cluster_svc's (see :attr:`clean`), but ``purged``."""
 
     regressions: int  # an update that moved a generation backwards
     resurrections: int  # a tombstone made alive again
     tombstone_writes: int  # any other write to a row already deleted
-    duplicates: int  # an ID inserted more than once
-    hard_deletes: int  # a row removed instead of tombstoned
+    duplicates: int  # an ID inserted more than once (after a purge too)
+    hard_deletes: int  # a row removed that purge may not remove: alive, or its ID not yet past the horizon
+    purged: int = 0  # deleted rows purge removed, every one's ID past the horizon
 
     @property
     def clean(self) -> bool:
-        return not any(vars(self).values())
+        return not any(n for name, n in vars(self).items() if name != "purged")
 
 
-def read_audit(pair: Pair) -> Audit:
-    """What cluster_svc's tables went through so far (see :func:`install_audit`)."""
-    with pair.cluster_engine.connect() as conn:
+# A DELETE the horizon allows: of a deleted row whose ID is a UUIDv7 (version nibble 7)
+# older than the horizon when it was removed.
+PURGE_ALLOWED = """
+    old_deleted AND substr(id::text, 15, 1) = '7'
+    AND ('x' || lpad(substr(replace(id::text, '-', ''), 1, 12), 16, '0'))::bit(64)::bigint
+        < (EXTRACT(EPOCH FROM at) - :horizon) * 1000
+"""
+
+
+def read_audit(pair: Pair, *, platform: bool = False) -> Audit:
+    """What cluster_svc's tables (or, with ``platform``, the platform's) went through so far
+    (see :func:`install_audit`). On the platform only ``hard_deletes`` and ``purged`` say
+    something: its deleted rows are written again as their delete is confirmed."""
+    engine = pair.platform_engine if platform else pair.cluster_engine
+    with engine.connect() as conn:
         row = conn.execute(
             text(
-                """
+                f"""
                 SELECT count(*) FILTER (WHERE op = 'UPDATE' AND new_generation < old_generation),
                        count(*) FILTER (WHERE op = 'UPDATE' AND old_deleted AND NOT new_deleted),
                        count(*) FILTER (WHERE op = 'UPDATE' AND old_deleted AND new_deleted),
                        (SELECT count(*) FROM (SELECT 1 FROM chaos_audit WHERE op = 'INSERT'
                                               GROUP BY tbl, id HAVING count(*) > 1) AS twice),
-                       count(*) FILTER (WHERE op = 'DELETE')
+                       count(*) FILTER (WHERE op = 'DELETE' AND NOT ({PURGE_ALLOWED})),
+                       count(*) FILTER (WHERE op = 'DELETE' AND {PURGE_ALLOWED})
                 FROM chaos_audit
                 """
-            )
+            ),
+            {"horizon": pair.horizon.seconds},
         ).one()
     return Audit(*row)
 
@@ -143,6 +160,7 @@ class Figures:
     expected: tuple[int, int] = (0, 0)  # live, deleted
     platform: tuple[int, int] = (0, 0)
     cluster_svc: tuple[int, int] = (0, 0)  # live, tombstones
+    purged: tuple[int, int] = (0, 0)  # deleted rows purge removed so far: platform's, cluster_svc's
     unsynced: int = 0  # platform rows not synced at the end (failed or still pending)
     duplicates: int = 0
     resurrections: int = 0
@@ -157,7 +175,8 @@ class Figures:
     def from_dict(cls, values: dict) -> Figures:
         return cls(
             **{**values, "faults": Counter(values["faults"]), "expected": tuple(values["expected"]),
-               "platform": tuple(values["platform"]), "cluster_svc": tuple(values["cluster_svc"])}
+               "platform": tuple(values["platform"]), "cluster_svc": tuple(values["cluster_svc"]),
+               "purged": tuple(values["purged"])}
         )
 
 
@@ -183,6 +202,7 @@ def scenario_figures(
         expected=expected,
         platform=comparison.live_and_deleted(comparison.platform),
         cluster_svc=comparison.live_and_deleted(comparison.downstream),
+        purged=(read_audit(pair, platform=True).purged, trail.purged),
         unsynced=comparison.unsynced,
         duplicates=trail.duplicates + comparison.orphans,
         resurrections=trail.resurrections,
@@ -200,6 +220,7 @@ COLUMNS = (
     ("expected", 9),
     ("platform", 9),
     ("cluster_svc", 11),
+    ("purged", 7),
     ("unsynced", 8),
     ("dup", 3),
     ("resurr.", 7),
@@ -209,7 +230,8 @@ COLUMNS = (
 
 
 def render(rows: list[Figures], header: str) -> str:
-    """The table, one line per scenario; object counts as ``live/deleted``."""
+    """The table, one line per scenario; object counts as ``live/deleted``, purged ones as
+    ``platform/cluster_svc`` (so far in the scenario's module)."""
 
     def line(cells):
         return "  ".join(str(cell).ljust(width) for cell, (_, width) in zip(cells, COLUMNS)).rstrip()
@@ -228,6 +250,7 @@ def render(rows: list[Figures], header: str) -> str:
                     "%d/%d" % row.expected,
                     "%d/%d" % row.platform,
                     "%d/%d" % row.cluster_svc,
+                    "%d/%d" % row.purged,
                     row.unsynced,
                     row.duplicates,
                     row.resurrections,

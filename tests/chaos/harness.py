@@ -19,6 +19,9 @@ from tooling.pair import PublicApi, expect
 
 
 REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
+# Seconds between purge passes on both sides, beside every pair (``cluster-svc purge --every``,
+# and each reconciler's ``--purge-interval``): within a second of an ID passing the horizon.
+PURGE_EVERY = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,17 +38,25 @@ class Scale:
     outage_seconds: float  # scenario 7: how long cluster_svc stays down
     outage_writes: int  # scenario 7: public writes during it
     restart_burst: int  # scenario 8: public creates while platform's PostgreSQL restarts
+    # ID_HORIZON_SECONDS of every pair but scenario 2's: longer than any scenario's module runs,
+    # so nothing a scenario still needs expires (a create pending through the long outage, the
+    # objects a restore brings back or takes away); purge runs beside it all the same.
+    horizon: int
+    # Scenario 2's horizon, where purge must remove every deleted object: it creates its objects
+    # first (a create left pending by a failed inline push is pushed within seconds, well inside
+    # this), then only updates and deletes them, by when their IDs are past it.
+    short_horizon: int
     threads: int = 8  # public clients at once
 
 
 SCALES = {
     "ci": Scale(
         "ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10,
-        outage_seconds=6, outage_writes=40, restart_burst=40,
+        outage_seconds=6, outage_writes=40, restart_burst=40, horizon=300, short_horizon=15,
     ),
     "full": Scale(
         "full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60,
-        outage_seconds=120, outage_writes=1000, restart_burst=300,
+        outage_seconds=120, outage_writes=1000, restart_burst=300, horizon=3600, short_horizon=60,
     ),
 }
 

@@ -10,7 +10,9 @@ database (both are read in full before and after each request).
 
 platform_svc is fuzzed as the pair runs (its pushes go through the proxy);
 cluster_svc is fuzzed directly on a database of its own, so the objects the
-fuzzer creates there are not mistaken for orphans of the pair.
+fuzzer creates there are not mistaken for orphans of the pair. This pair runs
+no purge: a purge is a legitimate change, and would be taken for one a
+rejected request made.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from tooling.testing import (
     LiveServer, console_script, every_check, fresh_database, fuzzing_config, unique_idempotency_key,
 )
-from tests.chaos.conftest import seed_for
+from tests.chaos.conftest import running_pair, seed_for
 from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
 from tooling.pair import TOKEN, Mark, Pair, PublicApi
 
@@ -70,6 +72,14 @@ class World:
             fingerprint(self.pair.cluster_engine, CLUSTER_TABLES),
             fingerprint(self.fuzzed_engine, CLUSTER_TABLES, excluding=excluding),
         )
+
+
+@pytest.fixture(scope="module")
+def pair(pg_server_url, tmp_path_factory, request):
+    """Both services on the run's PostgreSQL, without purge (see above)."""
+    yield from running_pair(
+        request, tmp_path_factory, platform_server=pg_server_url, cluster_server=pg_server_url, purge=False
+    )
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,30 @@ a few delayed past the inline timeout), with the reconciler running beside
 the inline pushes. Updates: generations only ever move forward downstream
 (every write cluster_svc made is audited), and the final state equals the
 platform's. Deletes: every deleted object is a tombstone downstream, and
-nothing else is.
+nothing else is, until purge removes it.
+
+This pair's horizon is seconds (the scale's ``short_horizon``): the objects are
+made first and then only updated and deleted, so by the time they are
+deleted their IDs are past it, and purge (running on both sides) removes
+each tombstone, and the platform's deleted row once its delete is confirmed,
+while the faulty pushes go on: late deletes and updates of purged IDs must
+change nothing, and every deleted object must end purged on both sides.
 """
 from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from tooling.faultproxy import Fault, Plan
 from shared.schemas import PLANS
-from tests.chaos.conftest import seed_for
+from tests.chaos.conftest import running_pair, seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, run_all
 from tooling.pair import PublicApi, expect
@@ -35,6 +44,26 @@ class Estate:
 
     def rules_of(self, cluster_id: str) -> list[dict[str, Any]]:
         return [rule for rule in self.rules if rule["cluster_id"] == cluster_id]
+
+
+@pytest.fixture(scope="module")
+def pair(pg_server_url, tmp_path_factory, request, scale):
+    """Both services on the run's PostgreSQL, with a horizon of seconds (see above)."""
+    yield from running_pair(
+        request, tmp_path_factory, platform_server=pg_server_url, cluster_server=pg_server_url,
+        horizon=scale.short_horizon,
+    )
+
+
+def deleted_rows(pair) -> tuple[int, int]:
+    """Deleted rows each side holds (platform's, cluster_svc's): 0 once purge removed them all."""
+    def count(engine):
+        with engine.connect() as conn:
+            return sum(
+                conn.execute(text(f"SELECT count(*) FROM {table} WHERE deleted_at IS NOT NULL")).scalar_one()
+                for table in ("clusters", "firewall_rules")
+            )
+    return count(pair.platform_engine), count(pair.cluster_engine)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +167,13 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
 
     with pair.reconciler("--concurrency", "4"):
         results = run_all(calls, scale.threads)
+        # Every ID is past the horizon soon (most already are): purge removes every deleted
+        # object on both sides, the platform's once the reconciler had its delete confirmed.
+        # (A wait for a time the IDs name, at most the horizon, not for a race.)
+        deadline = time.monotonic() + pair.horizon.seconds + pair.horizon.grace + 60
+        while deleted_rows(pair) != (0, 0):
+            assert time.monotonic() < deadline, f"deleted rows left (platform, cluster_svc): {deleted_rows(pair)}"
+            time.sleep(0.1)
     assert not [r for r in results if isinstance(r, BaseException)]
     pair.converge()
     comparison = pair.compare()
@@ -146,9 +182,13 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
     live = len(estate.clusters) + len(estate.rules) - deleted
     figures.append(scenario_figures(pair, "2b deletes", mark, comparison, expected=(live, deleted)))
     assert comparison.exact, comparison.describe()
-    assert comparison.live_and_deleted(comparison.platform) == (live, deleted)
-    assert comparison.live_and_deleted(comparison.downstream) == (live, deleted)
-    assert read_audit(pair).clean, read_audit(pair)
+    # Each deleted object was a deleted row on each side, and purge removed it there, once.
+    assert comparison.live_and_deleted(comparison.platform) == (live, 0)
+    assert comparison.live_and_deleted(comparison.downstream) == (live, 0)
+    platform, downstream = read_audit(pair, platform=True), read_audit(pair)
+    assert (platform.purged, downstream.purged) == (deleted, deleted)
+    assert platform.hard_deletes == 0, platform  # nothing removed alive, or before its ID was past the horizon
+    assert downstream.clean, downstream
     assert pair.public_5xx(mark) == 0
     assert {Fault.DROP_RESPONSE, Fault.RESET} <= {e.fault for e in pair.proxy.log[mark.log:]}
 

@@ -9,22 +9,17 @@ never for a race to go one way.
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
 
 import uuid6
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.horizon import Horizon, uuid7_millis
 from tests.e2e.conftest import cluster_body, wait_for
-from tooling.testing import console_script, uuid7_ago
+from tooling.testing import uuid7_ago
 
 
 def horizon_pair(new_pair, seconds: float, *, proxy: bool = False):
@@ -32,29 +27,6 @@ def horizon_pair(new_pair, seconds: float, *, proxy: bool = False):
     ``ID_HORIZON_SECONDS=seconds``; with ``proxy``, platform_svc reaches cluster_svc through
     the fault proxy (``pair.proxy``)."""
     return new_pair(env={"ID_HORIZON_SECONDS": str(seconds)}, proxy=proxy)
-
-
-def cluster_svc_cli(pair, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [console_script("cluster-svc"), *args], env={**os.environ, **pair.cluster_env},
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )
-
-
-@contextmanager
-def purging_every(pair, seconds: float, log: Path):
-    """``cluster-svc purge --every SECONDS`` running until the block ends (SIGTERM: exit 0)."""
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [console_script("cluster-svc"), "purge", "--every", str(seconds)],
-            env={**os.environ, **pair.cluster_env}, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for(lambda: "purge: " in log.read_text(), timeout=60, what="the first purge pass")
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, log.read_text()[-3000:]
 
 
 def until_purgeable(horizon: Horizon, object_id) -> None:
@@ -92,7 +64,7 @@ def test_a_late_create_of_a_purged_id_held_in_the_proxy_answers_410_and_leaves_n
     assert pair.api("DELETE", f"/v1/clusters/{cluster_id}").status_code == 204  # a tombstone downstream
     assert pair.cluster_svc_rows("clusters")[cluster_id]["deleted_at"] is not None
     until_purgeable(horizon, cluster_id)
-    purged = cluster_svc_cli(pair, "purge")
+    purged = pair.cluster_cli("purge")
     assert purged.returncode == 0 and purged.stdout.startswith("purge: removed 1 clusters"), purged.stdout
     assert cluster_id not in pair.cluster_svc_rows("clusters")
 
@@ -116,7 +88,7 @@ CYCLES = 200
 EVERY = 0.2
 
 
-def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(new_pair, tmp_path):
+def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(new_pair):
     """N create/delete cycles with a 1 s horizon and purge every 0.2 s. At every sample, the
     tombstones gauge never exceeds the deletes of IDs born within horizon + grace + interval
     (+ 0.5 s for a pass and a scrape); afterwards the table empties."""
@@ -126,7 +98,7 @@ def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(n
     before = gauge(pair, "tombstones")
     born: list[float] = []
     samples: list[tuple[float, float, int]] = []  # (tombstones, allowed, deletes so far)
-    with purging_every(pair, EVERY, tmp_path / "purge.out"):
+    with pair.purging(EVERY):
         started = time.monotonic()
         for n in range(CYCLES):
             body = internal_cluster(name=f"cycle-{n}")
@@ -156,9 +128,7 @@ def test_tombstones_stay_within_those_deleted_inside_the_horizon_over_n_cycles(n
 # -- purge racing writes ---------------------------------------------------------------------
 
 
-def test_purge_racing_creates_of_fresh_ids_and_deletes_of_old_ones_loses_nothing_and_revives_nothing(
-    new_pair, tmp_path
-):
+def test_purge_racing_creates_of_fresh_ids_and_deletes_of_old_ones_loses_nothing_and_revives_nothing(new_pair):
     """Whatever the order: every fresh create stays, every old object ends deleted and then
     purged, and no create of an old ID after its delete is ever accepted."""
     horizon = Horizon(2)
@@ -180,7 +150,7 @@ def test_purge_racing_creates_of_fresh_ids_and_deletes_of_old_ones_loses_nothing
         fresh.append(body)
         return pair.internal("POST", "/v1/clusters", json=body).status_code
 
-    with purging_every(pair, 0.02, tmp_path / "purge.out"), ThreadPoolExecutor(8) as pool:
+    with pair.purging(0.02), ThreadPoolExecutor(8) as pool:
         olds = pool.map(delete_then_recreate, old)
         news = pool.map(create, range(40))
         old_answers, new_answers = list(olds), list(news)
@@ -191,7 +161,7 @@ def test_purge_racing_creates_of_fresh_ids_and_deletes_of_old_ones_loses_nothing
     rows = pair.cluster_svc_rows("clusters")
     assert all(rows[body["id"]]["deleted_at"] is None for body in fresh)
     assert all(body["id"] not in rows or rows[body["id"]]["deleted_at"] is not None for body in old)
-    final = cluster_svc_cli(pair, "purge")
+    final = pair.cluster_cli("purge")
     assert final.returncode == 0
     rows = pair.cluster_svc_rows("clusters")
     assert not any(body["id"] in rows for body in old)  # every old tombstone purged
@@ -230,16 +200,27 @@ def test_repair_after_purges_on_both_sides_finds_nothing(new_pair):
     assert pair.all_synced()
     until_purgeable(horizon, made[-1][1])
 
-    downstream = cluster_svc_cli(pair, "purge")
+    downstream = pair.cluster_cli("purge")
     assert downstream.stdout.startswith("purge: removed 1 clusters, 2 firewall_rules"), downstream.stdout
     first = pair.cli("repair")
+    assert made[0][0] in pair.platform_rows("clusters") and made[0][0] not in pair.cluster_svc_rows("clusters")
+    purged_downstream_first = pair.compare()
+    # The last cluster (and its rule) is deleted only now: the platform purges it before cluster_svc does.
+    assert pair.api("DELETE", f"/v1/clusters/{made[2][0]}").status_code == 204
+    assert pair.cli("reconcile", "--once").returncode == 0  # its rule's delete, confirmed
     with pair.reconciler("--purge-interval", "0.3", "--repair-interval", "0") as reconciler:
-        wait_for(lambda: made[0][0] not in pair.platform_rows("clusters"), what="the leader's purge")
+        wait_for(lambda: not {made[0][0], made[2][0]} & pair.platform_rows("clusters").keys(),
+                 what="the leader's purge")
         output = reconciler.output()
     second = pair.cli("repair")
+    purged_upstream_first = pair.compare()
 
     for result in (first, second):
         assert result.returncode == 0, result.stderr
         [summary] = result.stdout.splitlines()  # no finding line at all
         assert summary.startswith("repair: 0 missing, 0 behind, 0 ahead, 0 diverged, 0 undeleted, 0 deleted_downstream, 0 orphan")
-    assert "this reconciler runs the passes" in output and "purge: removed 1 clusters, 2 firewall_rules" in output
+    assert "this reconciler runs the passes" in output and "purge: removed 2 clusters, 3 firewall_rules" in output
+    # Whichever side purged first, the two databases agree (tooling.compare knows the horizon, as repair does).
+    assert purged_downstream_first.exact, purged_downstream_first.describe()
+    assert purged_upstream_first.exact, purged_upstream_first.describe()
+    assert made[2][0] in pair.cluster_svc_rows("clusters") and made[2][0] not in pair.platform_rows("clusters")

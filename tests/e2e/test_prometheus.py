@@ -145,4 +145,9 @@ def test_prometheus_scrapes_both_services_and_the_reconciler(pair, prometheus):
         "SyncOldestPendingTooOld",
         "SyncRowsFailed",
         "SyncPushesFailingTransiently",
+        "TombstonesOutliveTheHorizon",
     }
+    # What that alert compares: cluster_svc's oldest tombstone per resource, and its horizon.
+    oldest = _query(prometheus, "max by (resource) (tombstone_oldest_seconds)")
+    assert {dict(labels)["resource"] for labels in oldest} == {"cluster", "firewall_rule"}
+    assert list(_query(prometheus, "id_horizon_seconds").values()) == [2_592_000.0]

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from tests.e2e.conftest import Pair, cluster_body, with_account
-from tooling.testing import ROOT, fresh_database
+from tooling.testing import ROOT, fresh_database, uuid7_ago
 
 NOTES_ENV = {"RESOURCE_MODULES": "tests.e2e.notes", "PYTHONPATH": str(ROOT)}
 NOTE_FIELDS = ("cluster_id", "firewall_rule_id", "topic", "text", "generation")
@@ -174,3 +174,36 @@ def assert_downstream_matches(pair: Pair, note_id: str) -> None:
     upstream, downstream = pair.platform_rows("notes")[note_id], pair.cluster_svc_rows("notes")[note_id]
     assert {f: str(downstream[f]) for f in NOTE_FIELDS} == {f: str(upstream[f]) for f in NOTE_FIELDS}
     assert upstream["sync_state"] == "synced"
+
+
+def test_a_purge_dry_run_counts_what_the_purge_then_removes_two_levels_down(pair):
+    """A parent goes only when nothing under it, at any depth, is left; a dry run judges every
+    level the same way. Two trees of tombstones in cluster_svc whose cluster and rule IDs are
+    29 days old, purged with a 28-day horizon: in one the note is as old (the whole tree goes),
+    in the other it is new (its tombstone stays, and with it the rule and the cluster above)."""
+    day = 86_400
+
+    def tree(note_age: float) -> tuple[str, str, str]:
+        cluster_id, rule_id, note_id = str(uuid7_ago(29 * day)), str(uuid7_ago(29 * day)), str(uuid7_ago(note_age))
+        cluster = {"id": cluster_id, "team_id": str(uuid.uuid4()), **cluster_body()}
+        rules = f"/v1/clusters/{cluster_id}/firewall-rules"
+        notes = f"{rules}/{rule_id}/notes"
+        assert pair.internal("POST", "/v1/clusters", json=cluster).status_code == 201
+        assert pair.internal("POST", rules, json={"id": rule_id, "cidr": "10.0.0.0/8"}).status_code == 201
+        assert pair.internal("POST", notes, json={"id": note_id, "topic": "audit"}).status_code == 201
+        for path in (f"{notes}/{note_id}", f"{rules}/{rule_id}", f"/v1/clusters/{cluster_id}"):
+            assert pair.internal("DELETE", path).status_code == 204
+        return cluster_id, rule_id, note_id
+
+    gone, kept = tree(note_age=29 * day), tree(note_age=0)
+    horizon = {"ID_HORIZON_SECONDS": str(28 * day)}
+
+    dry = pair.cluster_cli("purge", "--dry-run", env=horizon)
+    real = pair.cluster_cli("purge", env=horizon)
+
+    assert dry.returncode == real.returncode == 0, dry.stderr + real.stderr
+    assert dry.stdout.startswith("purge: would remove 1 clusters, 1 firewall_rules, 1 notes;"), dry.stdout
+    assert real.stdout.startswith("purge: removed 1 clusters, 1 firewall_rules, 1 notes;"), real.stdout
+    for table, gone_id, kept_id in zip(("clusters", "firewall_rules", "notes"), gone, kept):
+        rows = pair.cluster_svc_rows(table)
+        assert gone_id not in rows and rows[kept_id]["deleted_at"] is not None
