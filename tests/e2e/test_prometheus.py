@@ -146,6 +146,7 @@ def test_prometheus_scrapes_both_services_and_the_reconciler(pair, prometheus):
         "SyncRowsFailed",
         "SyncPushesFailingTransiently",
         "TombstonesOutliveTheHorizon",
+        "RepairLeaderNotOne",
     }
     # What that alert compares: cluster_svc's oldest tombstone per resource, and its horizon.
     oldest = _query(prometheus, "max by (resource) (tombstone_oldest_seconds)")
