@@ -16,25 +16,31 @@ stored), and one older than the horizon is decided by the mechanism (410
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Response, current_app
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError
-from sqlalchemy import Connection
 
 from cluster_svc.resources import OWNER, RESOURCES
 from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
+from shared.coalesce import Coalescer
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, IdConflict, IdExpired, PayloadTooLarge, ValidationFailed, problem
+from shared.errors import (
+    Gone,
+    PayloadTooLarge,
+    ValidationFailed,
+    database_unavailable,
+    problem,
+)
 from shared.horizon import Horizon
 from shared.idempotent import (
+    CreateResult,
     Deletion,
     apply_update,
-    create_or_return,
     create_or_return_many,
     get_live,
     list_live,
@@ -44,31 +50,63 @@ from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
 REPLAYED = {"Idempotent-Replayed": "true"}
+# Single creates per flush at most (shared.coalesce). Not bound by bytes: a flush
+# goes to the database, and 100 bodies of 1 MiB at most each were all read already.
+COALESCE_MAX_ITEMS = 100
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
 
-def create_answer(
-    resource: Resource, create: Callable[[Connection], tuple[Any, bool]]
-) -> tuple[Any, int, dict[str, str]]:
-    """Run ``create`` in its own transaction; count its outcome and answer it.
+def coalesced_creates(resource: Resource) -> Coalescer[dict[str, Any], Any]:
+    """The single creates of ``resource`` in flight in this worker, flushed together
+    (:mod:`shared.coalesce`): one transaction and one :func:`create_or_return_many` per flush.
 
-    :raise IdConflict, Gone: as ``create`` does (counted as conflict and gone).
+    Each item answers what its create alone, in queue order, would have (the
+    batch's rule: a repeated ID is decided by its first occurrence). A
+    database that cannot serve the flush fails that flush's creates, each a
+    503. Any other failure of a shared flush (a value the database refuses)
+    is not allowed to spread: its items are created again one by one, each in
+    its own transaction, and each answers (or fails) on its own.
     """
-    try:
-        with transaction() as db_session:
-            row, created = create(db_session)
-    except IdConflict:
-        count_create(resource.label, "conflict")
-        raise
-    except IdExpired:
-        count_create(resource.label, "expired")
-        raise
-    except Gone:
-        count_create(resource.label, "gone")
-        raise
-    count_create(resource.label, "created" if created else "replayed")
+
+    def flush(items: Sequence[dict[str, Any]]) -> list[Any]:
+        try:
+            return _create_many(resource, items)
+        except Exception as error:
+            if len(items) == 1 or database_unavailable(error):
+                raise
+        results: list[Any] = []
+        for item in items:
+            try:
+                results.extend(_create_many(resource, [item]))
+            except Exception as error:  # noqa: BLE001 (raised by this item's own caller)
+                results.append(error)
+        return results
+
+    return Coalescer(flush, max_items=COALESCE_MAX_ITEMS)
+
+
+def _create_many(resource: Resource, items: Sequence[dict[str, Any]]) -> list[Any]:
+    with transaction() as db_session:
+        return create_or_return_many(db_session=db_session, resource=resource, items=items, horizon=horizon())
+
+
+def create_answer(resource: Resource, creates: Coalescer, values: dict[str, Any]) -> tuple[Any, int, dict[str, str]]:
+    """Create-or-return ``values`` in the next flush of ``creates``; count its outcome and answer it.
+
+    :raise ProblemError: the create was refused (409, 410, 404; counted as its outcome).
+    """
+    result = counted(resource, creates.submit(values))
+    row, created = result.unwrap()
     return created_or_replayed(row, created)
+
+
+def counted(resource: Resource, result: CreateResult) -> CreateResult:
+    """Count one create's outcome (each item of a batch counts once); a missing parent
+    (not_found) is no idempotency outcome and is not counted."""
+    if result.outcome.value in CREATE_OUTCOMES:
+        count_create(resource.label, result.outcome.value)
+    return result
 
 
 def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
@@ -144,10 +182,7 @@ def batch_created_or_returned(
                 db_session=db_session, resource=resource, items=[values for _, values in valid], horizon=horizon()
             )
         for (index, _), result in zip(valid, created):
-            # A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
-            if result.outcome.value in CREATE_OUTCOMES:
-                count_create(resource.label, result.outcome.value)
-            if result.error is None:
+            if counted(resource, result).error is None:
                 results[index] = {"status": result.status, "object": result.row}
             else:
                 results[index] = {"status": result.status, "problem": result.error.body()}
@@ -175,6 +210,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     create_schema = schemas["create"]()
     immutable = ", ".join(name for name in resource.immutable if name not in resource.scope_columns)
     no_parent = f"No such {parent.words}" if parent else None
+    creates = coalesced_creates(resource)  # this app's single creates of the resource, per worker
 
     class Collection(MethodView):
         @blp.arguments(schemas["list_args"](), location="query")
@@ -218,13 +254,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         def post(self, body, **path_ids):
             refuse_future_ids(path_ids.values(), "path")
             refuse_future_ids([body["id"]], "json", "id")
-            values = {**body, **resource.scope_from_path(path_ids)}
-            return create_answer(
-                resource,
-                lambda db_session: create_or_return(
-                    db_session=db_session, resource=resource, values=values, horizon=horizon()
-                ),
-            )
+            return create_answer(resource, creates, {**body, **resource.scope_from_path(path_ids)})
 
     class Batch(MethodView):
         @blp.arguments(schemas["batch_create"]())

@@ -1,0 +1,146 @@
+"""Group commit: requests in flight in one process share one flush.
+
+A :class:`Coalescer` runs a ``flush(items) -> results`` function (one
+statement and one commit, one HTTP call...) for several callers at once:
+
+- A caller that finds no flush running becomes the *leader*: it flushes at
+  once, with whatever is queued (itself first), up to ``max_items`` items and
+  ``max_bytes`` bytes. A lone caller is never delayed: no sleep, no timer.
+- Callers that arrive while a flush runs queue for the next one. When a flush
+  ends, its leader hands every caller its own result and makes the first
+  caller still queued the next leader, which flushes what has queued by then.
+- A flush that raises gives that exception to its own callers only; the
+  next flush is tried as usual. A flush may also answer one item with an
+  exception instance: that caller alone raises it.
+
+Per process and per coalescer (one per app and kind of work), with the
+``threading`` primitives: under the gevent worker (decision 0004) they are
+gevent's, so the queue fills while the leader waits on the database or the
+network; without concurrency (the tests' Flask client) every flush is a
+batch of one. Results are computed in the leader's context (its app and
+request), so ``flush`` must not log or count per item: each caller does that
+with its own result, in its own request.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+MAX_ITEMS = 100
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "item", "leads", "result", "size", "woken")
+
+    def __init__(self, item: Any, size: int) -> None:
+        self.item = item
+        self.size = size
+        self.woken = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False  # result or error is set
+        self.leads = False  # woken to flush the next batch
+
+
+class Coalescer(Generic[Item, Result]):
+    """One flush at a time; callers arriving meanwhile share the next one."""
+
+    def __init__(
+        self,
+        flush: Callable[[Sequence[Item]], Sequence[Result]],
+        *,
+        max_items: int = MAX_ITEMS,
+        max_bytes: int | None = None,
+    ) -> None:
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        self._flush = flush
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._queue: deque[_Waiter] = deque()
+        self._flushing = False  # invariant: not flushing => the queue is empty
+        self.flushes = 0  # how many flushes ran, and how many items they held (for tests and logs)
+        self.items = 0
+
+    def submit(self, item: Item, size: int = 0) -> Result:
+        """``item``'s result from a flush it shares with the callers in flight.
+
+        ``size`` counts against ``max_bytes`` (its encoded length, say).
+
+        :raise: whatever the flush holding ``item`` raised.
+        """
+        waiter = _Waiter(item, size)
+        with self._lock:
+            self._queue.append(waiter)
+            leads = not self._flushing
+            self._flushing = True
+        if not leads:
+            try:
+                waiter.woken.wait()
+            except BaseException:  # killed while queued (a greenlet's timeout): never strand the queue
+                self._abandon(waiter)
+                raise
+            leads = not waiter.done  # else made the next leader: the queue starts with this caller
+        if leads:
+            self._lead()
+        if waiter.error is not None:
+            raise waiter.error
+        if isinstance(waiter.result, BaseException):  # this item's own failure, in a flush that went on
+            raise waiter.result
+        return waiter.result
+
+    def _lead(self) -> None:
+        """Flush a batch from the head of the queue (this caller first), answer it, hand over."""
+        batch = self._take()
+        try:
+            results = self._flush([waiter.item for waiter in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a flush of {len(batch)} items gave {len(results)} results")
+            for waiter, result in zip(batch, results):
+                waiter.result = result
+        except BaseException as error:  # noqa: BLE001 (each caller of this flush raises it in its own request)
+            for waiter in batch:
+                waiter.error = error
+        finally:
+            self.flushes += 1
+            self.items += len(batch)
+            for waiter in batch:
+                waiter.done = True
+            with self._lock:
+                self._hand_over()
+            for waiter in batch[1:]:  # the leader is batch[0]: it is not waiting
+                waiter.woken.set()
+
+    def _hand_over(self) -> None:
+        """(Under the lock.) Make the first queued caller the next leader, or stop flushing."""
+        successor = self._queue[0] if self._queue else None
+        self._flushing = successor is not None
+        if successor is not None:
+            successor.leads = True
+            successor.woken.set()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """A queued caller gave up: take it out of the queue, and pass the lead on if it had it."""
+        with self._lock:
+            if waiter in self._queue:
+                self._queue.remove(waiter)
+                if waiter.leads:
+                    self._hand_over()
+
+    def _take(self) -> list[_Waiter]:
+        with self._lock:
+            batch = [self._queue.popleft()]
+            size = batch[0].size
+            while self._queue and len(batch) < self.max_items:
+                following = self._queue[0]
+                if self.max_bytes is not None and size + following.size > self.max_bytes:
+                    break
+                size += following.size
+                batch.append(self._queue.popleft())
+        return batch
