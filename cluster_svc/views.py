@@ -24,18 +24,12 @@ from flask.views import MethodView
 from marshmallow import Schema, ValidationError
 
 from cluster_svc.resources import OWNER, RESOURCES
-from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
-from shared.api import Blueprint, created_location, documented, no_content, unchanged
+from cluster_svc.schemas import route_schemas
+from shared.api import MAX_BATCH_ITEMS, Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import (
-    Gone,
-    PayloadTooLarge,
-    ValidationFailed,
-    database_unavailable,
-    problem,
-)
+from shared.errors import Gone, PayloadTooLarge, ValidationFailed, database_unavailable, problem
 from shared.horizon import Horizon
 from shared.idempotent import (
     CreateResult,
