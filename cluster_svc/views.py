@@ -270,6 +270,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
                 resource, batch["items"], create_schema, resource.scope_from_path(path_ids)
             )
 
+    Collection.creates = creates  # (for tests: how many flushes, and what waits for the next)
     path = resource.collection_path()
     blp.route(path, endpoint=f"{resource.key}_collection")(Collection)
     blp.route(f"{path}/batch", endpoint=f"{resource.key}_batch")(Batch)
