@@ -27,6 +27,7 @@ reconciler claims. The rules that keep it safe:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +50,8 @@ from platform_svc.recording import (
 )
 from platform_svc.resources import RESOURCES
 from shared import config
-from shared.client import Answer, InternalClient, Outcome
+from shared.client import Answer, InternalClient, Outcome, encode
+from shared.coalesce import Coalescer
 from shared.counters import count_push, count_repair
 from shared.db import Database
 from shared.errors import database_unavailable, describe_database_error
@@ -66,6 +68,9 @@ def collection_url(resource: Resource, row: RowMapping) -> str:
 def item_url(resource: Resource, row: RowMapping) -> str:
     return f"/v1{resource.item_path(row)}"
 
+
+# Inline creates one flush holds at most (with cluster_svc's body limit).
+INLINE_BATCH = 100
 
 # A row pending longer than this (since its last public write) is *stalled*:
 # still retried, but shown to people (sync-status, the sync_rows gauge).
@@ -252,6 +257,37 @@ class Pusher:
         self.retry = retry
         self.breaker = breaker
         self.observe = observe
+        self._coalescers: dict[str, Coalescer[RowMapping, tuple[Answer, RowMapping]]] = {}
+
+    def _inline_creates(self, resource: Resource) -> Coalescer[RowMapping, tuple[Answer, RowMapping]]:
+        """The inline creates of ``resource`` in flight in this process, flushed together (shared.coalesce):
+        each flush at most one batch call per collection, within cluster_svc's body limit."""
+        if resource.key not in self._coalescers:
+            flush = functools.partial(self._flush_creates, resource)
+            self._coalescers[resource.key] = Coalescer(flush, max_items=INLINE_BATCH, max_bytes=self.client.max_body)
+        return self._coalescers[resource.key]
+
+    def _flush_creates(self, resource: Resource, rows: Sequence[RowMapping]) -> list[tuple[Answer, RowMapping]]:
+        """Push inline creates, one call per collection (one alone: its own create call, as
+        without company), and record every answer with one statement; (answer, row as recorded) each.
+
+        Counting, logging and the breaker are each caller's own (its request ID on its lines).
+        """
+        collections: dict[str, list[int]] = {}
+        for index, row in enumerate(rows):
+            collections.setdefault(collection_url(resource, row), []).append(index)
+        answers: list[Answer | None] = [None] * len(rows)
+        for indexes in collections.values():
+            together = [rows[index] for index in indexes]
+            pushed = (push_creates(self.client, resource, together) if len(together) > 1
+                      else [push(self.client, resource, together[0])])
+            for index, answer in zip(indexes, pushed):
+                answers[index] = answer
+        with self.database.begin() as db_session:
+            recorded = record_many(
+                db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry, inline=True
+            )
+        return list(zip(answers, recorded))
 
     @property
     def holding_off(self) -> bool:
@@ -273,6 +309,14 @@ class Pusher:
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
+            elif is_create(row):
+                # With the creates in flight in this worker: one batch call, one UPDATE recording them.
+                answer, recorded = self._inline_creates(resource).submit(row, len(encode(create_body(resource, row))))
+                self._pushed(resource, row, answer)
+                if self.breaker is not None:
+                    self.breaker.record(answer.unavailable)
+                self.fail_waiting(resource, [recorded])
+                return recorded
             else:
                 answer = self._push(resource, row)
                 if self.breaker is not None:
