@@ -60,24 +60,13 @@ def coalesced_creates(resource: Resource) -> Coalescer[dict[str, Any], Any]:
     database that cannot serve the flush fails that flush's creates, each a
     503. Any other failure of a shared flush (a value the database refuses)
     is not allowed to spread: its items are created again one by one, each in
-    its own transaction, and each answers (or fails) on its own.
+    its own transaction.
     """
-
-    def flush(items: Sequence[dict[str, Any]]) -> list[Any]:
-        try:
-            return _create_many(resource, items)
-        except Exception as error:
-            if len(items) == 1 or database_unavailable(error):
-                raise
-        results: list[Any] = []
-        for item in items:
-            try:
-                results.extend(_create_many(resource, [item]))
-            except Exception as error:  # noqa: BLE001 (raised by this item's own caller)
-                results.append(error)
-        return results
-
-    return Coalescer(flush, max_items=COALESCE_MAX_ITEMS)
+    return Coalescer(
+        lambda items: _create_many(resource, items),
+        max_items=COALESCE_MAX_ITEMS,
+        alone_on=lambda error: not database_unavailable(error),
+    )
 
 
 def _create_many(resource: Resource, items: Sequence[dict[str, Any]]) -> list[Any]:

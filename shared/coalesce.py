@@ -11,7 +11,10 @@ statement and one commit, one HTTP call...) for several callers at once:
   caller still queued the next leader, which flushes what has queued by then.
 - A flush that raises gives that exception to its own callers only; the
   next flush is tried as usual. A flush may also answer one item with an
-  exception instance: that caller alone raises it.
+  exception instance: that caller alone raises it. When ``alone_on(error)``
+  says a shared flush's failure may be one item's doing (a value the
+  database refuses, not the database gone), its items are flushed again one
+  by one, in order, each answering or failing on its own.
 
 Per process and per coalescer (one per app and kind of work), with the
 ``threading`` primitives: under the gevent worker (decision 0004) they are
@@ -56,10 +59,12 @@ class Coalescer(Generic[Item, Result]):
         *,
         max_items: int = MAX_ITEMS,
         max_bytes: int | None = None,
+        alone_on: Callable[[BaseException], bool] = lambda error: False,
     ) -> None:
         if max_items < 1:
             raise ValueError("max_items must be at least 1")
         self._flush = flush
+        self._alone_on = alone_on
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -99,9 +104,17 @@ class Coalescer(Generic[Item, Result]):
         """Flush a batch from the head of the queue (this caller first), answer it, hand over."""
         batch = self._take()
         try:
-            results = self._flush([waiter.item for waiter in batch])
-            if len(results) != len(batch):
-                raise RuntimeError(f"a flush of {len(batch)} items gave {len(results)} results")
+            try:
+                results = self._checked(batch)
+            except Exception as error:
+                if len(batch) == 1 or not self._alone_on(error):
+                    raise
+                results = []
+                for waiter in batch:
+                    try:
+                        results += self._checked([waiter])
+                    except Exception as own:  # noqa: BLE001 (this item's caller raises it)
+                        results.append(own)
             for waiter, result in zip(batch, results):
                 waiter.result = result
         except BaseException as error:  # noqa: BLE001 (each caller of this flush raises it in its own request)
@@ -116,6 +129,12 @@ class Coalescer(Generic[Item, Result]):
                 self._hand_over()
             for waiter in batch[1:]:  # the leader is batch[0]: it is not waiting
                 waiter.woken.set()
+
+    def _checked(self, batch: list[_Waiter]) -> list[Any]:
+        results = list(self._flush([waiter.item for waiter in batch]))
+        if len(results) != len(batch):
+            raise RuntimeError(f"a flush of {len(batch)} items gave {len(results)} results")
+        return results
 
     def _hand_over(self) -> None:
         """(Under the lock.) Make the first queued caller the next leader, or stop flushing."""
