@@ -796,7 +796,7 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
          f"{big_create.median:.0f} / {cl_create.median:.0f}", spread(big_create.samples, cl_create.samples)),
         ("P6", f"drain of {size.pending:,} pending / creates", drain_median / cl_create2.median, 2.0,
          f"{drain_median:.0f} / {cl_create2.median:.0f}", ""),
-        ("P7", "platform creates / cluster_svc creates", pf_create.median / cl_create2.median, 0.4,
+        ("P7", "platform creates / cluster_svc creates", pf_create.median / cl_create2.median, 0.5,
          f"{pf_create.median:.0f} / {cl_create2.median:.0f}", spread(pf_create.samples, cl_create2.samples)),
         ("P8", "platform creates, cluster_svc down / up", pf_down.median / pf_create.median, 1.0,
          f"{pf_down.median:.0f} / {pf_create.median:.0f}", spread(pf_down.samples, pf_create.samples)),
@@ -806,7 +806,7 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
          f"{cl_many.median:.0f} / {kt_many.median:.0f}", spread(cl_many.samples, kt_many.samples)),
         (f"P3@{many}", "cluster_svc replays / its creates", replay_many.median / cl_many.median, 1.0,
          f"{replay_many.median:.0f} / {cl_many.median:.0f}", spread(replay_many.samples, cl_many.samples)),
-        (f"P7@{many}", "platform creates / cluster_svc creates", pf_many.median / cl2_many.median, 0.4,
+        (f"P7@{many}", "platform creates / cluster_svc creates", pf_many.median / cl2_many.median, 0.5,
          f"{pf_many.median:.0f} / {cl2_many.median:.0f}", spread(pf_many.samples, cl2_many.samples)),
     ]
     p50_ratio = cl_one.latency_median(0) / limit_one.latency_median(0)

@@ -242,9 +242,9 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     class Batch(MethodView):
         @blp.arguments(schemas["batch_create"]())
         @blp.response(200, schemas["batch_results"], description="One result per item, in order")
-        @blp.problem(413, "More than 1,000 items (payload_too_large)")
+        @blp.problem(413, "More than 1,000 items, or a body over 1 MiB (payload_too_large)")
         @documented(
-            f"Create or return up to 1,000 {words}s at once.\n\n"
+            f"Create or return up to 1,000 {words}s at once, in a body of at most 1 MiB.\n\n"
             "One transaction: one INSERT for the new items, one read for those that "
             "existed. Each item answers what its single create would have, in order; "
             "one bad item never fails the others. An ID repeated within the batch is "

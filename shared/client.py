@@ -146,10 +146,10 @@ class InternalClient:
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         self._json_headers = {**self._headers, "Content-Type": "application/json"}
 
-    def create(self, path: str, body: dict[str, Any]) -> Answer:
-        return self.call(Operation.CREATE, "POST", path, body)
+    def create(self, path: str, body: dict[str, Any], *, deadline: float | None = None) -> Answer:
+        return self.call(Operation.CREATE, "POST", path, body, deadline=deadline)
 
-    def create_batch(self, path: str, items: list[dict[str, Any]]) -> list[Answer]:
+    def create_batch(self, path: str, items: list[dict[str, Any]], *, deadline: float | None = None) -> list[Answer]:
         """Create-or-return ``items`` with calls to a batch route; one answer per item, in order.
 
         As few calls as the body limit allows: items go in order, as many to a
@@ -159,18 +159,18 @@ class InternalClient:
         is too large. Each item's own status (201, 200, 404, 409, 410, 422) is
         classified as its single create's would be. When a call as a whole
         fails (no answer, a non-200 status, a body without one result per
-        item), each of its items gets that one answer.
+        item), each of its items gets that one answer. ``deadline``: as :meth:`call`.
         """
         answers: list[Answer] = []
         for chunk in batches(items, max_items=MAX_BATCH_ITEMS, max_bytes=self.max_body):
-            answers += self._create_batch(path, chunk)
+            answers += self._create_batch(path, chunk, deadline)
         return answers
 
-    def _create_batch(self, path: str, items: list[dict[str, Any]]) -> list[Answer]:
-        answer = self.call(Operation.CREATE, "POST", path, {"items": items})
+    def _create_batch(self, path: str, items: list[dict[str, Any]], deadline: float | None) -> list[Answer]:
+        answer = self.call(Operation.CREATE, "POST", path, {"items": items}, deadline=deadline)
         if answer.status == 413 and len(items) > 1:
             half = len(items) // 2
-            return self._create_batch(path, items[:half]) + self._create_batch(path, items[half:])
+            return self._create_batch(path, items[:half], deadline) + self._create_batch(path, items[half:], deadline)
         results = answer.body.get("results") if answer.status == 200 and isinstance(answer.body, dict) else None
         if not isinstance(results, list) or len(results) != len(items) or not all(_is_result(r) for r in results):
             if answer.status == 200:  # not what a batch route answers: the call did not do its job
@@ -190,12 +190,18 @@ class InternalClient:
         """A GET; DONE only for a 200."""
         return self.call(Operation.READ, "GET", path, None)
 
-    def call(self, operation: Operation, method: str, path: str, body: dict[str, Any] | None) -> Answer:
+    def call(
+        self, operation: Operation, method: str, path: str, body: dict[str, Any] | None, *, deadline: float | None = None
+    ) -> Answer:
+        """One call with its retries; ``deadline`` (a time.monotonic() value) ends it sooner
+        than the policy's ``total_timeout`` would (a caller's budget already partly spent)."""
         headers = dict(self._headers if body is None else self._json_headers)
         headers[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
         retries, timeout = self._retry, self._timeout
         if self.policy.total_timeout is not None:
-            deadline = time.monotonic() + self.policy.total_timeout
+            own = time.monotonic() + self.policy.total_timeout
+            deadline = own if deadline is None else min(deadline, own)
+        if deadline is not None:
             retries = _DeadlineRetry(deadline=deadline, **self._retry_settings)
             timeout = _DeadlineTimeout(deadline, connect=self.policy.connect_timeout, read=self.policy.read_timeout)
         try:
