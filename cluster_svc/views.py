@@ -9,6 +9,10 @@ request's transaction is opened and closed here.
 The helpers that turn a result into an answer are also where the
 idempotency outcomes are counted (``idempotent_*_total``), once each.
 
+Single creates in flight in a worker share one flush (:mod:`shared.coalesce`,
+decision 0012): one transaction and one :func:`create_or_return_many` for all
+of them, each request answered, counted and logged as its own.
+
 The UUIDv7 horizon applies to every route alike: an ID from more than five
 minutes in the future is refused here (422, before anything is read or
 stored), and one older than the horizon is decided by the mechanism (410
@@ -44,8 +48,8 @@ from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
 REPLAYED = {"Idempotent-Replayed": "true"}
-# Single creates per flush at most (shared.coalesce). Not bound by bytes: a flush
-# goes to the database, and 100 bodies of 1 MiB at most each were all read already.
+# Single creates per flush at most (shared.coalesce). Not bounded by bytes: a flush
+# goes to PostgreSQL, not over HTTP, and each create's fields are a few KB at most.
 COALESCE_MAX_ITEMS = 100
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
