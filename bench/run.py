@@ -30,8 +30,8 @@ tree (from /proc), which says where a contender's throughput goes.
 ``--profile [DIR]`` adds py-spy profiles of cluster_svc's create and replay
 paths, platform_svc's create and the reconciler (needs ``pip install py-spy``).
 
-    make bench                          # full size, ~8 minutes on 2 cores
-    make bench BENCH_ARGS=--quick       # ~1.5 minute smoke run
+    make bench                          # full size, ~14 minutes on 2 cores
+    make bench BENCH_ARGS=--quick       # ~3 minute smoke run
     python -m bench.run [--quick] [--profile [DIR]] [--rounds N] [--duration S] [--json PATH] ...
 """
 from __future__ import annotations

@@ -168,8 +168,8 @@ def create_object(
     :raise NotFound, Gone: the parent is missing or deleted.
     """
     if idempotency_key is None:
-        [result] = create_objects(db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon)
-        return result.unwrap()
+        [alone] = create_objects(db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon)
+        return alone.unwrap()
     row_values = {
         **_row_values(values, lease),
         "idempotency_key": idempotency_key,

@@ -191,7 +191,13 @@ class InternalClient:
         return self.call(Operation.READ, "GET", path, None)
 
     def call(
-        self, operation: Operation, method: str, path: str, body: dict[str, Any] | None, *, deadline: float | None = None
+        self,
+        operation: Operation,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        deadline: float | None = None,
     ) -> Answer:
         """One call with its retries; ``deadline`` (a time.monotonic() value) ends it sooner
         than the policy's ``total_timeout`` would (a caller's budget already partly spent)."""

@@ -11,7 +11,6 @@ back, the gate's flush ends and the next flush holds all of them.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -87,7 +86,8 @@ def cluster_gate(app, engine, pool) -> Gate:
 def rule_gate(app, engine, pool) -> Gate:
     cluster = post(app, "/v1/clusters", cluster_body()).get_json()
     return Gate(app, engine, pool, f"/v1/clusters/{cluster['id']}/firewall-rules", rule_body(),
-                f"INSERT INTO firewall_rules (id, cluster_id, deleted_at) VALUES (CAST(:id AS uuid), '{cluster['id']}', now())")
+                "INSERT INTO firewall_rules (id, cluster_id, deleted_at)"
+                f" VALUES (CAST(:id AS uuid), '{cluster['id']}', now())")
 
 
 def answer(response) -> dict:
