@@ -73,6 +73,9 @@ def item_url(resource: Resource, row: RowMapping) -> str:
 # least of a request's inline budget left for a call to be worth making.
 INLINE_BATCH = 100
 MIN_CALL_SECONDS = 0.05
+# Inline batch calls in flight at once per worker and resource: a push that hangs on
+# cluster_svc for its whole budget does not hold back a create that arrives meanwhile.
+INLINE_CALLS_AT_ONCE = 2
 
 # A row pending longer than this (since its last public write) is *stalled*:
 # still retried, but shown to people (sync-status, the sync_rows gauge).
@@ -268,7 +271,9 @@ class Pusher:
         each flush at most one batch call per collection, within cluster_svc's body limit."""
         if resource.key not in self._coalescers:
             flush = functools.partial(self._flush_creates, resource)
-            self._coalescers[resource.key] = Coalescer(flush, max_items=INLINE_BATCH, max_bytes=self.client.max_body)
+            self._coalescers[resource.key] = Coalescer(
+                flush, max_items=INLINE_BATCH, max_bytes=self.client.max_body, flushes_at_once=INLINE_CALLS_AT_ONCE
+            )
         return self._coalescers[resource.key]
 
     def _flush_creates(

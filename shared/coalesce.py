@@ -9,6 +9,9 @@ statement and one commit, one HTTP call...) for several callers at once:
 - Callers that arrive while a flush runs queue for the next one. When a flush
   ends, its leader hands every caller its own result and makes the first
   caller still queued the next leader, which flushes what has queued by then.
+  ``flushes_at_once`` (1 unless said) lets that many flushes run side by side
+  before callers queue: for a flush that can hang on the network for its
+  whole budget, so that one stuck call does not hold every caller behind it.
 - A flush that raises gives that exception to its own callers only; the
   next flush is tried as usual. A flush may also answer one item with an
   exception instance: that caller alone raises it. When ``alone_on(error)``
@@ -60,16 +63,18 @@ class Coalescer(Generic[Item, Result]):
         max_items: int = MAX_ITEMS,
         max_bytes: int | None = None,
         alone_on: Callable[[BaseException], bool] = lambda error: False,
+        flushes_at_once: int = 1,
     ) -> None:
-        if max_items < 1:
-            raise ValueError("max_items must be at least 1")
+        if max_items < 1 or flushes_at_once < 1:
+            raise ValueError("max_items and flushes_at_once must be at least 1")
         self._flush = flush
         self._alone_on = alone_on
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._queue: deque[_Waiter] = deque()
-        self._flushing = False  # invariant: not flushing => the queue is empty
+        self._queue: deque[_Waiter] = deque()  # callers waiting for a flush (not its leaders)
+        self.flushes_at_once = flushes_at_once
+        self._running = 0  # flushes running; invariant: fewer than flushes_at_once => the queue is empty
         self.flushes = 0  # how many flushes ran, and how many items they held (for tests and logs)
         self.items = 0
 
@@ -82,27 +87,29 @@ class Coalescer(Generic[Item, Result]):
         """
         waiter = _Waiter(item, size)
         with self._lock:
-            self._queue.append(waiter)
-            leads = not self._flushing
-            self._flushing = True
+            leads = self._running < self.flushes_at_once
+            if leads:
+                self._running += 1
+            else:
+                self._queue.append(waiter)
         if not leads:
             try:
                 waiter.woken.wait()
             except BaseException:  # killed while queued (a greenlet's timeout): never strand the queue
                 self._abandon(waiter)
                 raise
-            leads = not waiter.done  # else made the next leader: the queue starts with this caller
+            leads = not waiter.done  # else made the next leader, taken off the queue
         if leads:
-            self._lead()
+            self._lead(waiter)
         if waiter.error is not None:
             raise waiter.error
         if isinstance(waiter.result, BaseException):  # this item's own failure, in a flush that went on
             raise waiter.result
         return waiter.result
 
-    def _lead(self) -> None:
-        """Flush a batch from the head of the queue (this caller first), answer it, hand over."""
-        batch = self._take()
+    def _lead(self, leader: _Waiter) -> None:
+        """Flush this caller's item with those queued first, answer each, hand over."""
+        batch = self._take(leader)
         try:
             try:
                 results = self._checked(batch)
@@ -137,25 +144,26 @@ class Coalescer(Generic[Item, Result]):
         return results
 
     def _hand_over(self) -> None:
-        """(Under the lock.) Make the first queued caller the next leader, or stop flushing."""
-        successor = self._queue[0] if self._queue else None
-        self._flushing = successor is not None
-        if successor is not None:
-            successor.leads = True
-            successor.woken.set()
+        """(Under the lock.) Make the first queued caller the next leader, or end this flush's turn."""
+        if not self._queue:
+            self._running -= 1
+            return
+        successor = self._queue.popleft()
+        successor.leads = True
+        successor.woken.set()
 
     def _abandon(self, waiter: _Waiter) -> None:
-        """A queued caller gave up: take it out of the queue, and pass the lead on if it had it."""
+        """A queued caller gave up: take it out of the queue, or pass the lead on if it had been given it."""
         with self._lock:
             if waiter in self._queue:
                 self._queue.remove(waiter)
-                if waiter.leads:
-                    self._hand_over()
+            elif waiter.leads and not waiter.done:
+                self._hand_over()
 
-    def _take(self) -> list[_Waiter]:
+    def _take(self, leader: _Waiter) -> list[_Waiter]:
         with self._lock:
-            batch = [self._queue.popleft()]
-            size = batch[0].size
+            batch = [leader]
+            size = leader.size
             while self._queue and len(batch) < self.max_items:
                 following = self._queue[0]
                 if self.max_bytes is not None and size + following.size > self.max_bytes:
