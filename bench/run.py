@@ -30,8 +30,8 @@ tree (from /proc), which says where a contender's throughput goes.
 ``--profile [DIR]`` adds py-spy profiles of cluster_svc's create and replay
 paths, platform_svc's create and the reconciler (needs ``pip install py-spy``).
 
-    make bench                          # full size, ~8 minutes on 2 cores
-    make bench BENCH_ARGS=--quick       # ~1.5 minute smoke run
+    make bench                          # full size, ~14 minutes on 2 cores
+    make bench BENCH_ARGS=--quick       # ~3 minute smoke run
     python -m bench.run [--quick] [--profile [DIR]] [--rounds N] [--duration S] [--json PATH] ...
 """
 from __future__ import annotations
@@ -220,11 +220,30 @@ class Contender:
     synced_only: bool = True
     # the state the contender runs in (P8: cluster_svc frozen), entered around each run
     condition: Any = field(default=contextlib.nullcontext)
+    connections: int | None = None  # wrk -c for this contender (else the run's --connections)
+    latency: list[tuple[float, float]] = field(default_factory=list)  # (p50, p99) ms per round
+    wal: list[float] = field(default_factory=list)  # WAL bytes per good request, per round
 
     def probe(self) -> Contender:
         """A copy whose results are not kept (warm-up, profiling)."""
         return Contender(self.key, self.label, self.url, self.mode, self.token, self.expect, self.ids_file,
-                         self.cpu_roots, synced_only=self.synced_only, condition=self.condition)
+                         self.cpu_roots, synced_only=self.synced_only, condition=self.condition,
+                         connections=self.connections)
+
+    def at(self, connections: int, label: str | None = None) -> Contender:
+        """The same load at another number of wrk connections."""
+        copy = self.probe()
+        copy.connections = connections
+        copy.key = f"{self.key}.c{connections}"
+        copy.label = label or f"{self.label} (-c{connections})"
+        return copy
+
+    def latency_median(self, which: int) -> float:
+        return statistics.median(sample[which] for sample in self.latency) if self.latency else float("nan")
+
+    @property
+    def wal_median(self) -> float:
+        return statistics.median(self.wal) if self.wal else float("nan")
 
     def cpu_median(self, name: str) -> float:
         values = [sample[name] for sample in self.cpu if name in sample]
@@ -236,22 +255,29 @@ class Contender:
 
 
 class Wrk:
-    def __init__(self, threads: int, connections: int) -> None:
+    def __init__(self, threads: int, connections: int, server_url: str | None = None) -> None:
         self.threads = threads
         self.connections = connections
+        self.server_url = server_url  # where to read pg_current_wal_lsn() (WAL bytes per request)
+
+    def wal_lsn(self) -> str | None:
+        return sql(self.server_url, "SELECT pg_current_wal_lsn()")[0][0] if self.server_url else None
 
     def run(self, contender: Contender, seconds: float) -> dict[str, Any]:
         """Drive one contender for ``seconds``; return post.lua's summary with ``rate`` (good answers/s)."""
+        connections = contender.connections or self.connections
         argv = [
-            "wrk", f"-t{self.threads}", f"-c{self.connections}", f"-d{seconds:g}s", "--timeout", "5s",
+            "wrk", f"-t{min(self.threads, connections)}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "5s",
             "-s", str(LUA), contender.url, "--", contender.mode, contender.token,
         ]
         if contender.ids_file is not None:
             argv.append(str(contender.ids_file))
         with contender.condition():
+            lsn_before = self.wal_lsn()
             before = tree_cpu(contender.cpu_roots)
             done = subprocess.run(argv, capture_output=True, text=True)
             after = tree_cpu(contender.cpu_roots)
+            lsn_after = self.wal_lsn()
         line = next((line for line in done.stdout.splitlines() if line.startswith("BENCH ")), None)
         if done.returncode != 0 or line is None:
             raise RuntimeError(f"wrk failed on {contender.label}:\n{done.stdout}{done.stderr}")
@@ -264,6 +290,10 @@ class Wrk:
         result["cpu_ms"] = {name: 1000 * (after[name] - before[name]) / max(1, good) for name in after}
         result["cpu_ms"]["wrk"] = result["cpu_ms"].pop("children")
         result["cpu_ms"]["machine busy"] = (after["machine busy"] - before["machine busy"]) / seconds_run  # cores
+        if lsn_before is not None:
+            # The whole server's WAL: contenders run one at a time, so it is this one's (plus any checkpoint).
+            wal = sql(self.server_url, "SELECT pg_wal_lsn_diff(%s, %s)", (lsn_after, lsn_before))[0][0]
+            result["wal_bytes"] = float(wal) / max(1, good)
         bad = result["requests"] - good + sum(result["errors"].values())
         if bad > 0.01 * max(1, result["requests"]):
             contender.problems.append(f"{bad} of {result['requests']} answers not {contender.expect}"
@@ -546,6 +576,9 @@ def alternate(contenders: list[Contender], wrk: Wrk, size: Size, extra=None, log
             contender.samples.append(result["rate"])
             contender.cpu.append(result["cpu_ms"])
             contender.answers.append({"status": result["status"], "errors": result["errors"]})
+            contender.latency.append((result["p50_us"] / 1000, result["p99_us"] / 1000))
+            if "wal_bytes" in result:
+                contender.wal.append(result["wal_bytes"])
             cells.append(f"{contender.key} {result['rate']:.0f}")
             time.sleep(0.5)
         if extra is not None:
@@ -585,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     serving = ["--workers", str(args.workers), "--pool-size", str(args.pool_size)]
     wrk = Wrk(args.wrk_threads, args.connections)
+    many = 2 * args.connections  # the second load: P1, P3 and P7 again at twice the connections
     base_env = {
         "INTERNAL_TOKEN": TOKEN,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -594,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"bench: starting PostgreSQL ({'TEST_DATABASE_URL' if os.environ.get('TEST_DATABASE_URL') else 'embedded'});"
             f" service logs in {logs}")
         server_url = stack.enter_context(postgres_server())
+        wrk.server_url = server_url
         pg_version = sql(server_url, "SHOW server_version")[0][0]
         max_conn = int(sql(server_url, "SHOW max_connections")[0][0])
 
@@ -647,7 +682,10 @@ def main(argv: list[str] | None = None) -> int:
         limit_replay = c("limit.replay", "limit replays", limit, "replay", 200)
         kt_replay = c("keytable.replay", "key-table replays (cached 201)", keytable, "replay", 201)
         big_create = c("cluster1m.create", f"cluster_svc creates, {size.big_rows:,} rows stored", big, "create", 201)
-        phase1 = [cl_create, limit_create, kt_create, cl_replay, limit_replay, kt_replay, big_create]
+        phase1 = [cl_create, limit_create, kt_create, cl_replay, limit_replay, kt_replay, big_create,
+                  cl_create.at(many), limit_create.at(many), kt_create.at(many), cl_replay.at(many),
+                  cl_create.at(1, "cluster_svc creates, one connection"),
+                  limit_create.at(1, "limit creates, one connection")]
 
         log(f"bench: phase 1, {len(phase1)} contenders x {size.rounds} rounds x {size.duration:g} s"
             f" (warm-up {size.warmup:g} s each)")
@@ -672,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
         account = json.loads(run_checked([console_script("platform-svc"), "create-account", "bench", "--json"],
                                          {**os.environ, **base_env, **platform_env}, "create-account"))
         platform_server = start("platform_svc", [console_script("platform-svc"), "serve"], platform_env)
-        cl_create2 = c("cluster.create", "cluster_svc creates (phase 2)", cluster, "create", 201)
+        cl_create2 = c("cluster.create2", "cluster_svc creates (phase 2)", cluster, "create", 201)
         pf_create = c("platform.create", "platform_svc public creates (synced inline)", platform_server, "public", 201,
                       token=account["api_key"], also=[("cluster_svc", cluster)])
         pf_down = c("platform.down", "platform_svc public creates, cluster_svc frozen", platform_server, "public",
@@ -693,9 +731,10 @@ def main(argv: list[str] | None = None) -> int:
             drains.append(drain(drain_env, args.reconcile_concurrency, urls["platform"], drain_roots))
             return [f"drain {drains[-1].pushed} in {drains[-1].seconds:.1f} s = {drains[-1].rate:.0f}/s"]
 
-        log(f"bench: phase 2, 3 contenders x {size.rounds} rounds x {size.duration:g} s,"
+        phase2 = [cl_create2, pf_create, pf_down, cl_create2.at(many), pf_create.at(many)]
+        log(f"bench: phase 2, {len(phase2)} contenders x {size.rounds} rounds x {size.duration:g} s,"
             f" + reconcile --once of {size.pending:,} pending clusters in {len(drain_at)} rounds")
-        alternate([cl_create2, pf_create, pf_down], wrk, size, extra=maybe_drain, log=log)
+        alternate(phase2, wrk, size, extra=maybe_drain, log=log)
 
         log(f"bench: P9, cluster_svc frozen for {size.outage:g} s while {size.outage_writes:,} public creates"
             " arrive, the reconciler running")
@@ -714,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = build_report(
         size=size, args=args, pg_version=pg_version, max_conn=max_conn, elapsed=elapsed,
-        phase1=phase1, phase2=[cl_create2, pf_create, pf_down], drains=drains, reconcile_startup=startup,
+        phase1=phase1, phase2=phase2, drains=drains, reconcile_startup=startup,
         p4=(p4_create, p4_replay), p4_extra=p4_extra, rows=rows_after_phase1, recovery=recovery,
     )
     if profiles:
@@ -726,14 +765,16 @@ def main(argv: list[str] | None = None) -> int:
     print(report["text"])
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
-    problems = [p for contender in phase1 + [cl_create2, pf_create, pf_down] for p in contender.problems]
+    problems = [p for contender in phase1 + phase2 for p in contender.problems]
     return 1 if problems else 0
 
 
 def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, drains, reconcile_startup, p4, p4_extra,
                  rows, recovery) -> dict[str, Any]:
-    cl_create, limit_create, kt_create, cl_replay, limit_replay, kt_replay, big_create = phase1
-    cl_create2, pf_create, pf_down = phase2
+    (cl_create, limit_create, kt_create, cl_replay, limit_replay, kt_replay, big_create,
+     cl_many, limit_many, kt_many, replay_many, cl_one, limit_one) = phase1
+    cl_create2, pf_create, pf_down, cl2_many, pf_many = phase2
+    many = cl_many.connections
     drain_rates = [d.rate for d in drains]
     drain_median = statistics.median(drain_rates) if drain_rates else float("nan")
     p4_ok = p4 == (["INSERT"], ["INSERT", "SELECT"])
@@ -755,11 +796,20 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
          f"{big_create.median:.0f} / {cl_create.median:.0f}", spread(big_create.samples, cl_create.samples)),
         ("P6", f"drain of {size.pending:,} pending / creates", drain_median / cl_create2.median, 2.0,
          f"{drain_median:.0f} / {cl_create2.median:.0f}", ""),
-        ("P7", "platform creates / cluster_svc creates", pf_create.median / cl_create2.median, 0.4,
+        ("P7", "platform creates / cluster_svc creates", pf_create.median / cl_create2.median, 0.5,
          f"{pf_create.median:.0f} / {cl_create2.median:.0f}", spread(pf_create.samples, cl_create2.samples)),
         ("P8", "platform creates, cluster_svc down / up", pf_down.median / pf_create.median, 1.0,
          f"{pf_down.median:.0f} / {pf_create.median:.0f}", spread(pf_down.samples, pf_create.samples)),
+        (f"P1@{many}", "cluster_svc creates / limit", cl_many.median / limit_many.median, 0.85,
+         f"{cl_many.median:.0f} / {limit_many.median:.0f}", spread(cl_many.samples, limit_many.samples)),
+        (f"P2@{many}", "cluster_svc creates / key-table", cl_many.median / kt_many.median, 1.25,
+         f"{cl_many.median:.0f} / {kt_many.median:.0f}", spread(cl_many.samples, kt_many.samples)),
+        (f"P3@{many}", "cluster_svc replays / its creates", replay_many.median / cl_many.median, 1.0,
+         f"{replay_many.median:.0f} / {cl_many.median:.0f}", spread(replay_many.samples, cl_many.samples)),
+        (f"P7@{many}", "platform creates / cluster_svc creates", pf_many.median / cl2_many.median, 0.5,
+         f"{pf_many.median:.0f} / {cl2_many.median:.0f}", spread(pf_many.samples, cl2_many.samples)),
     ]
+    p50_ratio = cl_one.latency_median(0) / limit_one.latency_median(0)
     p9_target = 2.0 + recovery.waiting / drain_median
     lines = []
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -770,7 +820,8 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
                  f" max_connections {max_conn})")
     lines.append(f"every contender: gunicorn gevent (shared.gunicorn_worker) --workers {args.workers},"
                  f" keep-alive / read timeout {READ_TIMEOUT} s, {args.pool_size} pooled DB connections per worker")
-    lines.append(f"load: wrk -t{args.wrk_threads} -c{args.connections} (keep-alive), {size.rounds} rounds x"
+    lines.append(f"load: wrk -t{args.wrk_threads} -c{args.connections} (and -c{many}, -t1 -c1 where a label says so;"
+                 f" keep-alive), {size.rounds} rounds x"
                  f" {size.duration:g} s per contender, alternated, {size.warmup:g} s warm-up each; medians of rounds")
     lines.append(f"creates: a new UUIDv4 per request; replays: one of {size.replay_ids:,} existing IDs;"
                  f" P6: platform-svc reconcile --once --concurrency {args.reconcile_concurrency}"
@@ -803,6 +854,18 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
         machine = statistics.median(d.cpu_ms["machine busy"] for d in drains)
         lines.append(f"  {'reconciler drain (per row)':<50} {cells}; machine {machine:.2f}")
     lines.append("")
+    lines.append("latency at one connection (wrk -t1 -c1), ms, medians of rounds' p50 and p99")
+    for contender in (cl_one, limit_one):
+        lines.append(f"  {contender.label:<50} p50 {contender.latency_median(0):.2f},"
+                     f" p99 {contender.latency_median(1):.2f}"
+                     f"   (per round p50: {', '.join(f'{p50:.2f}' for p50, _ in contender.latency)})")
+    lines.append("")
+    lines.append("the database per create (medians): PostgreSQL CPU ms (all its processes)"
+                 " and WAL bytes (pg_current_wal_lsn)")
+    for contender in (cl_create, limit_create, kt_create, cl_many, limit_many, kt_many, cl_one, limit_one):
+        lines.append(f"  {contender.label:<50} postgres CPU {contender.cpu_median('postgres'):.3f} ms,"
+                     f" WAL {contender.wal_median:,.0f} bytes")
+    lines.append("")
     header = f"{'target':<7}{'what':<44}{'measured':>9}  {'target':<9}{'result':<7}{'medians (req/s)':<18}{'per-round'}"
     lines.append(header)
     lines.append("-" * len(header))
@@ -821,6 +884,13 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
         summary.append(f"{target} {ratio:.2f} {result}")
         data_rows.append({"target": target, "what": what, "measured": round(ratio, 3), "goal": goal,
                           "pass": ratio >= goal, "medians": medians})
+    l1_pass = p50_ratio <= 1.5
+    lines.append(f"{'L1':<7}{'p50 at -c1, cluster_svc / limit':<44}{p50_ratio:>9.2f}  {'<= 1.5':<9}"
+                 f"{'pass' if l1_pass else 'FAIL':<7}"
+                 f"{cl_one.latency_median(0):.2f} / {limit_one.latency_median(0):.2f} ms")
+    summary.append(f"L1 {p50_ratio:.2f} {'pass' if l1_pass else 'FAIL'}")
+    data_rows.append({"target": "L1", "what": "p50 at -c1, cluster_svc / limit", "measured": round(p50_ratio, 3),
+                      "goal": 1.5, "pass": l1_pass})
     p9_pass = recovery.seconds <= p9_target
     lines.append(f"{'P9':<7}{'seconds from recovery to all synced':<44}{recovery.seconds:>8.2f}s  "
                  f"{'<= ' + format(p9_target, '.2f') + 's':<9}{'pass' if p9_pass else 'FAIL':<7}"
@@ -848,6 +918,8 @@ def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, d
         "cpu_ms_per_request": {c.label: c.cpu for c in [*phase1, *phase2]},
         "answers": {c.label: c.answers for c in [*phase1, *phase2]},
         "drains": [d.__dict__ for d in drains],
+        "latency_ms": {c.label: c.latency for c in [*phase1, *phase2]},
+        "wal_bytes_per_request": {c.label: c.wal for c in [*phase1, *phase2]},
     }
     return {"text": "\n".join(lines), "data": data}
 

@@ -5,6 +5,8 @@ import functools
 
 from marshmallow import fields, utils, validate
 
+from shared.api import MAX_BATCH_ITEMS
+from shared.registry import Resource
 from shared.schemas import (
     ClusterFields,
     ClusterMutableFields,
@@ -20,7 +22,6 @@ from shared.schemas import (
     description_field,
     page_schema,
 )
-from shared.registry import Resource
 
 GENERATION = validate.Range(min=1, max=2**31 - 1)
 
@@ -102,7 +103,6 @@ class FirewallRuleOut(LifecycleOut):
 
 # --- batch create ----------------------------------------------------------
 
-MAX_BATCH_ITEMS = 1000
 
 
 class BatchItems(fields.List):
@@ -126,7 +126,12 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
                 fields.Nested(item_in),
                 required=True,
                 validate=validate.Length(min=1),
-                metadata={"maxItems": MAX_BATCH_ITEMS, "description": "1 to 1,000 create bodies; more is a 413"},
+                metadata={
+                    "maxItems": MAX_BATCH_ITEMS,
+                    "description": "1 to 1,000 create bodies, in a request body of at most 1 MiB (1,048,576 "
+                    "bytes; long descriptions of characters JSON escapes, such as emoji, fit fewer items); "
+                    "more is a 413",
+                },
             )
         },
     )
@@ -149,7 +154,7 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
     return request, response
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def route_schemas(resource: Resource) -> dict[str, type]:
     """Every body of one resource's routes, by role, named after its key (``FirewallRulePage``).
 

@@ -9,6 +9,10 @@ request's transaction is opened and closed here.
 The helpers that turn a result into an answer are also where the
 idempotency outcomes are counted (``idempotent_*_total``), once each.
 
+Single creates in flight in a worker share one flush (:mod:`shared.coalesce`,
+decision 0012): one transaction and one :func:`create_or_return_many` for all
+of them, each request answered, counted and logged as its own.
+
 The UUIDv7 horizon applies to every route alike: an ID from more than five
 minutes in the future is refused here (422, before anything is read or
 stored), and one older than the horizon is decided by the mechanism (410
@@ -16,25 +20,25 @@ stored), and one older than the horizon is decided by the mechanism (410
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Response, current_app
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError
-from sqlalchemy import Connection
 
 from cluster_svc.resources import OWNER, RESOURCES
-from cluster_svc.schemas import MAX_BATCH_ITEMS, route_schemas
-from shared.api import Blueprint, created_location, documented, no_content, unchanged
+from cluster_svc.schemas import route_schemas
+from shared.api import MAX_BATCH_ITEMS, Blueprint, created_location, documented, no_content, unchanged
+from shared.coalesce import Coalescer
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, IdConflict, IdExpired, PayloadTooLarge, ValidationFailed, problem
+from shared.errors import Gone, PayloadTooLarge, ValidationFailed, database_unavailable, problem
 from shared.horizon import Horizon
 from shared.idempotent import (
+    CreateResult,
     Deletion,
     apply_update,
-    create_or_return,
     create_or_return_many,
     get_live,
     list_live,
@@ -44,31 +48,52 @@ from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
 REPLAYED = {"Idempotent-Replayed": "true"}
+# Single creates per flush at most (shared.coalesce). Not bounded by bytes: a flush
+# goes to PostgreSQL, not over HTTP, and each create's fields are a few KB at most.
+COALESCE_MAX_ITEMS = 100
 CREATED_HEADERS = {"Location": LOCATION}
 REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
 
 
-def create_answer(
-    resource: Resource, create: Callable[[Connection], tuple[Any, bool]]
-) -> tuple[Any, int, dict[str, str]]:
-    """Run ``create`` in its own transaction; count its outcome and answer it.
+def coalesced_creates(resource: Resource) -> Coalescer[dict[str, Any], Any]:
+    """The single creates of ``resource`` in flight in this worker, flushed together
+    (:mod:`shared.coalesce`): one transaction and one :func:`create_or_return_many` per flush.
 
-    :raise IdConflict, Gone: as ``create`` does (counted as conflict and gone).
+    Each item answers what its create alone, in queue order, would have (the
+    batch's rule: a repeated ID is decided by its first occurrence). A
+    database that cannot serve the flush fails that flush's creates, each a
+    503. Any other failure of a shared flush (a value the database refuses)
+    is not allowed to spread: its items are created again one by one, each in
+    its own transaction.
     """
-    try:
-        with transaction() as db_session:
-            row, created = create(db_session)
-    except IdConflict:
-        count_create(resource.label, "conflict")
-        raise
-    except IdExpired:
-        count_create(resource.label, "expired")
-        raise
-    except Gone:
-        count_create(resource.label, "gone")
-        raise
-    count_create(resource.label, "created" if created else "replayed")
+    return Coalescer(
+        lambda items: _create_many(resource, items),
+        max_items=COALESCE_MAX_ITEMS,
+        alone_on=lambda error: not database_unavailable(error),
+    )
+
+
+def _create_many(resource: Resource, items: Sequence[dict[str, Any]]) -> list[Any]:
+    with transaction() as db_session:
+        return create_or_return_many(db_session=db_session, resource=resource, items=items, horizon=horizon())
+
+
+def create_answer(resource: Resource, creates: Coalescer, values: dict[str, Any]) -> tuple[Any, int, dict[str, str]]:
+    """Create-or-return ``values`` in the next flush of ``creates``; count its outcome and answer it.
+
+    :raise ProblemError: the create was refused (409, 410, 404; counted as its outcome).
+    """
+    result = counted(resource, creates.submit(values))
+    row, created = result.unwrap()
     return created_or_replayed(row, created)
+
+
+def counted(resource: Resource, result: CreateResult) -> CreateResult:
+    """Count one create's outcome (each item of a batch counts once); a missing parent
+    (not_found) is no idempotency outcome and is not counted."""
+    if result.outcome.value in CREATE_OUTCOMES:
+        count_create(resource.label, result.outcome.value)
+    return result
 
 
 def created_or_replayed(row: Any, created: bool) -> tuple[Any, int, dict[str, str]]:
@@ -144,10 +169,7 @@ def batch_created_or_returned(
                 db_session=db_session, resource=resource, items=[values for _, values in valid], horizon=horizon()
             )
         for (index, _), result in zip(valid, created):
-            # A missing parent (not_found) is no idempotency outcome: the single create does not count it either.
-            if result.outcome.value in CREATE_OUTCOMES:
-                count_create(resource.label, result.outcome.value)
-            if result.error is None:
+            if counted(resource, result).error is None:
                 results[index] = {"status": result.status, "object": result.row}
             else:
                 results[index] = {"status": result.status, "problem": result.error.body()}
@@ -175,6 +197,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     create_schema = schemas["create"]()
     immutable = ", ".join(name for name in resource.immutable if name not in resource.scope_columns)
     no_parent = f"No such {parent.words}" if parent else None
+    creates = coalesced_creates(resource)  # this app's single creates of the resource, per worker
 
     class Collection(MethodView):
         @blp.arguments(schemas["list_args"](), location="query")
@@ -218,20 +241,14 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         def post(self, body, **path_ids):
             refuse_future_ids(path_ids.values(), "path")
             refuse_future_ids([body["id"]], "json", "id")
-            values = {**body, **resource.scope_from_path(path_ids)}
-            return create_answer(
-                resource,
-                lambda db_session: create_or_return(
-                    db_session=db_session, resource=resource, values=values, horizon=horizon()
-                ),
-            )
+            return create_answer(resource, creates, {**body, **resource.scope_from_path(path_ids)})
 
     class Batch(MethodView):
         @blp.arguments(schemas["batch_create"]())
         @blp.response(200, schemas["batch_results"], description="One result per item, in order")
-        @blp.problem(413, "More than 1,000 items (payload_too_large)")
+        @blp.problem(413, "More than 1,000 items, or a body over 1 MiB (payload_too_large)")
         @documented(
-            f"Create or return up to 1,000 {words}s at once.\n\n"
+            f"Create or return up to 1,000 {words}s at once, in a body of at most 1 MiB.\n\n"
             "One transaction: one INSERT for the new items, one read for those that "
             "existed. Each item answers what its single create would have, in order; "
             "one bad item never fails the others. An ID repeated within the batch is "
@@ -246,6 +263,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
                 resource, batch["items"], create_schema, resource.scope_from_path(path_ids)
             )
 
+    Collection.creates = creates  # (for tests: how many flushes, and what waits for the next)
     path = resource.collection_path()
     blp.route(path, endpoint=f"{resource.key}_collection")(Collection)
     blp.route(f"{path}/batch", endpoint=f"{resource.key}_batch")(Batch)

@@ -143,14 +143,15 @@ def record_many(
     rows: Sequence[RowMapping],
     answers: Sequence[Answer | None],
     retry: RetryPolicy,
+    inline: bool = False,
 ) -> list[RowMapping]:
     """Store each row's outcome (an answer, or None: not pushed, only released) with one statement.
 
-    The reconciler's recording of a unit of work. Returns the new rows in the
-    order of ``rows``.
+    The reconciler's recording of a unit of work, and of the inline pushes one
+    flush sent (``inline``). Returns the new rows in the order of ``rows``.
     """
     changes = [
-        Change(RELEASED) if answer is None else change_for(resource, row, answer, retry, inline=False)
+        Change(RELEASED) if answer is None else change_for(resource, row, answer, retry, inline=inline)
         for row, answer in zip(rows, answers, strict=True)
     ]
     params = {

@@ -26,7 +26,15 @@ from platform_svc.recording import fail_waiting_descendants
 from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
 from shared.horizon import Horizon
-from shared.idempotent import create_or_return, get_live, list_live, soft_delete
+from shared.idempotent import (
+    CreateResult,
+    Outcome,
+    create_or_return,
+    create_or_return_many,
+    get_live,
+    list_live,
+    soft_delete,
+)
 from shared.registry import Resource
 from shared.repeated_headers import came_repeated
 
@@ -159,17 +167,18 @@ def create_object(
     :raise Gone: the key's object was deleted.
     :raise NotFound, Gone: the parent is missing or deleted.
     """
+    if idempotency_key is None:
+        [alone] = create_objects(db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon)
+        return alone.unwrap()
     row_values = {
-        "id": new_id(),
-        **values,
+        **_row_values(values, lease),
         "idempotency_key": idempotency_key,
-        "request_fingerprint": _fingerprint(values) if idempotency_key else None,
-        "lease_until": _lease_until(lease) if lease else None,
+        "request_fingerprint": _fingerprint(values),
     }
-    conflict_on = ("account_id", "idempotency_key") if idempotency_key else ("id",)
     try:
         row, created = create_or_return(
-            db_session=db_session, resource=resource, values=row_values, horizon=horizon, conflict_on=conflict_on
+            db_session=db_session, resource=resource, values=row_values, horizon=horizon,
+            conflict_on=("account_id", "idempotency_key"),
         )
     except IdConflict:
         raise IdempotencyKeyReused(
@@ -179,6 +188,35 @@ def create_object(
     if created and resource.parent is not None:
         row = _fail_under_failed_parent(db_session, resource, row)
     return row, created
+
+
+def create_objects(
+    *,
+    db_session: Connection,
+    resource: Resource,
+    items: Sequence[Mapping[str, Any]],
+    lease: timedelta,
+    horizon: Horizon = Horizon(),
+) -> list[CreateResult]:
+    """Record new objects without an Idempotency-Key, each with a fresh UUIDv7 and the
+    same lease, with one INSERT (:func:`create_or_return_many`); one result per item.
+
+    Each item is what :func:`create_object` makes of it alone (a child under
+    a missing or deleted parent is refused, under a failed one it fails at once).
+    """
+    rows = [{**_row_values(values, lease), "idempotency_key": None, "request_fingerprint": None} for values in items]
+    results = create_or_return_many(db_session=db_session, resource=resource, items=rows, horizon=horizon)
+    if resource.parent is None:
+        return results
+    return [
+        CreateResult(result.outcome, _fail_under_failed_parent(db_session, resource, result.row))
+        if result.outcome is Outcome.CREATED else result
+        for result in results
+    ]
+
+
+def _row_values(values: Mapping[str, Any], lease: timedelta) -> dict[str, Any]:
+    return {"id": new_id(), **values, "lease_until": _lease_until(lease) if lease else None}
 
 
 def _fail_under_failed_parent(db_session: Connection, resource: Resource, row: RowMapping) -> RowMapping:

@@ -27,6 +27,7 @@ reconciler claims. The rules that keep it safe:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +50,8 @@ from platform_svc.recording import (
 )
 from platform_svc.resources import RESOURCES
 from shared import config
-from shared.client import Answer, InternalClient, Outcome
+from shared.client import Answer, InternalClient, Operation, Outcome, encode
+from shared.coalesce import Coalescer
 from shared.counters import count_push, count_repair
 from shared.db import Database
 from shared.errors import database_unavailable, describe_database_error
@@ -67,6 +69,14 @@ def item_url(resource: Resource, row: RowMapping) -> str:
     return f"/v1{resource.item_path(row)}"
 
 
+# Inline creates one flush holds at most (with cluster_svc's body limit), and the
+# least of a request's inline budget left for a call to be worth making.
+INLINE_BATCH = 100
+MIN_CALL_SECONDS = 0.05
+# Inline batch calls in flight at once per worker and resource: a push that hangs on
+# cluster_svc for its whole budget does not hold back a create that arrives meanwhile.
+INLINE_CALLS_AT_ONCE = 2
+
 # A row pending longer than this (since its last public write) is *stalled*:
 # still retried, but shown to people (sync-status, the sync_rows gauge).
 STALLED_AFTER = timedelta(minutes=5)
@@ -81,7 +91,7 @@ def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def push(client: InternalClient, resource: Resource, row: RowMapping) -> Answer:
+def push(client: InternalClient, resource: Resource, row: RowMapping, *, deadline: float | None = None) -> Answer:
     """Send what moves cluster_svc toward this row: one call, or two when downstream lost the object.
 
     An update answered 404 means cluster_svc has no such object (restored from
@@ -91,7 +101,7 @@ def push(client: InternalClient, resource: Resource, row: RowMapping) -> Answer:
     if row["deleted_at"] is not None:
         return client.delete(item_url(resource, row))  # 404 counts as done: nothing to delete there
     if row["synced_generation"] == 0:
-        return client.create(collection_url(resource, row), create_body(resource, row))
+        return client.create(collection_url(resource, row), create_body(resource, row), deadline=deadline)
     answer = client.update(item_url(resource, row), update_body(resource, row))
     if answer.status == 404:
         log.info("%s %s is missing downstream: creating it again", resource.words, row["id"])
@@ -104,7 +114,9 @@ def is_create(row: RowMapping) -> bool:
     return row["synced_generation"] == 0 and row["deleted_at"] is None
 
 
-def push_creates(client: InternalClient, resource: Resource, rows: Sequence[RowMapping]) -> list[Answer]:
+def push_creates(
+    client: InternalClient, resource: Resource, rows: Sequence[RowMapping], *, deadline: float | None = None
+) -> list[Answer]:
     """Create-or-return rows of one collection with one batch call; one answer per row, in order.
 
     Each item is answered as its single create would be (201, 200 for one
@@ -113,7 +125,7 @@ def push_creates(client: InternalClient, resource: Resource, rows: Sequence[RowM
     its answer.
     """
     return client.create_batch(
-        f"{collection_url(resource, rows[0])}/batch", [create_body(resource, row) for row in rows]
+        f"{collection_url(resource, rows[0])}/batch", [create_body(resource, row) for row in rows], deadline=deadline
     )
 
 
@@ -252,6 +264,57 @@ class Pusher:
         self.retry = retry
         self.breaker = breaker
         self.observe = observe
+        self._coalescers: dict[str, Coalescer] = {}
+
+    def _inline_creates(self, resource: Resource) -> Coalescer:
+        """The inline creates of ``resource`` in flight in this process, flushed together (shared.coalesce):
+        each flush at most one batch call per collection, within cluster_svc's body limit."""
+        if resource.key not in self._coalescers:
+            flush = functools.partial(self._flush_creates, resource)
+            self._coalescers[resource.key] = Coalescer(
+                flush, max_items=INLINE_BATCH, max_bytes=self.client.max_body, flushes_at_once=INLINE_CALLS_AT_ONCE
+            )
+        return self._coalescers[resource.key]
+
+    def _flush_creates(
+        self, resource: Resource, items: Sequence[tuple[RowMapping, float]]
+    ) -> list[tuple[Answer, RowMapping, bool]]:
+        """Push inline creates, one call per collection (one alone: its own create call, as
+        without company), and record every answer with one statement; (answer, row as
+        recorded, whether it was sent) each.
+
+        The inline budget (the client's ``total_timeout``) is each request's, counted
+        from its arrival: the flush's calls end when its oldest request's budget does,
+        and are not made when too little is left, or when the breaker opened while
+        they waited (answered as the breaker would: pending, not sent). Counting,
+        logging and the breaker are each caller's own (its request ID on its lines).
+        """
+        rows = [row for row, _ in items]
+        budget = self.client.policy.total_timeout
+        deadline = None if budget is None else min(arrived for _, arrived in items) + budget
+        skip = None
+        if deadline is not None and deadline - time.monotonic() < MIN_CALL_SECONDS:
+            skip = "not sent: the inline budget went on waiting for the pushes ahead of it"
+        elif self.breaker is not None and self.breaker.is_open:
+            skip = "not sent: cluster_svc failed repeatedly, retrying later"
+        if skip is not None:
+            answers = [Answer(Outcome.TRANSIENT, None, None, skip, Operation.CREATE)] * len(rows)
+        else:
+            answers = [None] * len(rows)
+            collections: dict[str, list[int]] = {}
+            for index, row in enumerate(rows):
+                collections.setdefault(collection_url(resource, row), []).append(index)
+            for indexes in collections.values():
+                together = [rows[index] for index in indexes]
+                pushed = (push_creates(self.client, resource, together, deadline=deadline) if len(together) > 1
+                          else [push(self.client, resource, together[0], deadline=deadline)])
+                for index, answer in zip(indexes, pushed):
+                    answers[index] = answer
+        with self.database.begin() as db_session:
+            recorded = record_many(
+                db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry, inline=True
+            )
+        return [(answer, row, skip is None) for answer, row in zip(answers, recorded)]
 
     @property
     def holding_off(self) -> bool:
@@ -273,6 +336,15 @@ class Pusher:
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
+            elif is_create(row):
+                # With the creates in flight in this worker: one batch call, one UPDATE recording them.
+                size = len(encode(create_body(resource, row)))
+                answer, recorded, sent = self._inline_creates(resource).submit((row, time.monotonic()), size)
+                self._pushed(resource, row, answer)
+                if self.breaker is not None and sent:
+                    self.breaker.record(answer.unavailable)
+                self.fail_waiting(resource, [recorded])
+                return recorded
             else:
                 answer = self._push(resource, row)
                 if self.breaker is not None:

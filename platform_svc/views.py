@@ -2,6 +2,7 @@
 committed in one, then pushed down, and the outcome recorded in another."""
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -14,11 +15,15 @@ from platform_svc import services
 from platform_svc.resources import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, page_of
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
+from shared.coalesce import Coalescer
 from shared.db import transaction
+from shared.errors import database_unavailable
+from shared.idempotent import CreateResult
 from shared.horizon import Horizon
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
+INTENTS_PER_FLUSH = 100
 NO_LEASE = timedelta(0)  # while the breaker is open: committed without a lease, the reconciler's at once
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -79,20 +84,43 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
     """
     key = idempotency_key()
     pushing = not pusher().holding_off
-    with transaction() as db_session:
-        row, created = services.create_object(
-            db_session=db_session,
-            resource=resource,
-            values=values,
-            idempotency_key=key,
-            lease=inline_lease() if pushing else NO_LEASE,
-            horizon=horizon(),
-        )
+    lease = inline_lease() if pushing else NO_LEASE
+    if key is None:
+        row, created = intents(resource, lease).submit(values).unwrap()
+    else:
+        with transaction() as db_session:
+            row, created = services.create_object(
+                db_session=db_session, resource=resource, values=values, idempotency_key=key, lease=lease,
+                horizon=horizon(),
+            )
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
     if pushing and row["sync_state"] != "failed":  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
     return row, 201, {"Location": created_location(row["id"])}
+
+
+def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], CreateResult]:
+    """This app's public creates of ``resource`` without an Idempotency-Key in flight in this
+    worker, with this lease: each flush records them with one INSERT and one commit
+    (:mod:`shared.coalesce`). A database that cannot serve it fails the flush's
+    requests (503: nothing was committed); any other failure of a shared flush
+    sends its items again one by one."""
+    coalescers = current_app.extensions.setdefault("intents", {})
+    if (resource.key, lease) not in coalescers:
+        coalescers[resource.key, lease] = Coalescer(
+            functools.partial(_record_intents, current_app.extensions["database"], resource, lease),
+            max_items=INTENTS_PER_FLUSH,
+            alone_on=lambda error: not database_unavailable(error),
+        )
+    return coalescers[resource.key, lease]
+
+
+def _record_intents(database, resource: Resource, lease: timedelta, items: list[dict[str, Any]]) -> list[CreateResult]:
+    with database.begin() as db_session:
+        return services.create_objects(
+            db_session=db_session, resource=resource, items=items, lease=lease, horizon=horizon()
+        )
 
 
 def claim_for_push(resource: Resource, row: RowMapping, db_session: Connection) -> RowMapping | None:

@@ -29,6 +29,7 @@ from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
 
 MAX_BODY_BYTES = 1024 * 1024
+MAX_BATCH_ITEMS = 1000  # items in one batch create, at most (and its body within MAX_BODY_BYTES)
 SWAGGER_UI_FILES = "docs/swagger-ui"
 
 # Routes the bearer check leaves alone: health checks, /metrics (which checks

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ from urllib3.exceptions import TimeoutError as CallTimedOut
 from urllib3.util.retry import Retry
 
 from shared import request_id
+from shared.api import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -113,6 +115,9 @@ class ClientPolicy:
 class InternalClient:
     """Calls cluster_svc with the internal token; thread-safe, pooled, keep-alive."""
 
+    # A batch call's body at most (cluster_svc's body limit) and its items at most.
+    max_body = MAX_BODY_BYTES
+
     def __init__(self, base_url: str, token: str, policy: ClientPolicy = ClientPolicy()) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
@@ -141,18 +146,31 @@ class InternalClient:
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         self._json_headers = {**self._headers, "Content-Type": "application/json"}
 
-    def create(self, path: str, body: dict[str, Any]) -> Answer:
-        return self.call(Operation.CREATE, "POST", path, body)
+    def create(self, path: str, body: dict[str, Any], *, deadline: float | None = None) -> Answer:
+        return self.call(Operation.CREATE, "POST", path, body, deadline=deadline)
 
-    def create_batch(self, path: str, items: list[dict[str, Any]]) -> list[Answer]:
-        """Create-or-return ``items`` with one call to a batch route; one answer per item, in order.
+    def create_batch(self, path: str, items: list[dict[str, Any]], *, deadline: float | None = None) -> list[Answer]:
+        """Create-or-return ``items`` with calls to a batch route; one answer per item, in order.
 
-        Each item's own status (201, 200, 404, 409, 410, 422) is classified as
-        its single create's would be. When the call as a whole fails (no
-        answer, a non-200 status, a body without one result per item), every
-        item gets that one answer.
+        As few calls as the body limit allows: items go in order, as many to a
+        call as fit in ``max_body`` bytes (cluster_svc's limit, 1 MiB; at most
+        1,000 items), and a call answered 413 anyway is split in two and each
+        half sent again: a 413 is never an item's answer unless the item alone
+        is too large. Each item's own status (201, 200, 404, 409, 410, 422) is
+        classified as its single create's would be. When a call as a whole
+        fails (no answer, a non-200 status, a body without one result per
+        item), each of its items gets that one answer. ``deadline``: as :meth:`call`.
         """
-        answer = self.call(Operation.CREATE, "POST", path, {"items": items})
+        answers: list[Answer] = []
+        for chunk in batches(items, max_items=MAX_BATCH_ITEMS, max_bytes=self.max_body):
+            answers += self._create_batch(path, chunk, deadline)
+        return answers
+
+    def _create_batch(self, path: str, items: list[dict[str, Any]], deadline: float | None) -> list[Answer]:
+        answer = self.call(Operation.CREATE, "POST", path, {"items": items}, deadline=deadline)
+        if answer.status == 413 and len(items) > 1:
+            half = len(items) // 2
+            return self._create_batch(path, items[:half], deadline) + self._create_batch(path, items[half:], deadline)
         results = answer.body.get("results") if answer.status == 200 and isinstance(answer.body, dict) else None
         if not isinstance(results, list) or len(results) != len(items) or not all(_is_result(r) for r in results):
             if answer.status == 200:  # not what a batch route answers: the call did not do its job
@@ -172,19 +190,31 @@ class InternalClient:
         """A GET; DONE only for a 200."""
         return self.call(Operation.READ, "GET", path, None)
 
-    def call(self, operation: Operation, method: str, path: str, body: dict[str, Any] | None) -> Answer:
+    def call(
+        self,
+        operation: Operation,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        deadline: float | None = None,
+    ) -> Answer:
+        """One call with its retries; ``deadline`` (a time.monotonic() value) ends it sooner
+        than the policy's ``total_timeout`` would (a caller's budget already partly spent)."""
         headers = dict(self._headers if body is None else self._json_headers)
         headers[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
         retries, timeout = self._retry, self._timeout
         if self.policy.total_timeout is not None:
-            deadline = time.monotonic() + self.policy.total_timeout
+            own = time.monotonic() + self.policy.total_timeout
+            deadline = own if deadline is None else min(deadline, own)
+        if deadline is not None:
             retries = _DeadlineRetry(deadline=deadline, **self._retry_settings)
             timeout = _DeadlineTimeout(deadline, connect=self.policy.connect_timeout, read=self.policy.read_timeout)
         try:
             response = self._pool.urlopen(
                 method,
                 self._prefix + path,
-                body=None if body is None else json.dumps(body, separators=(",", ":")).encode(),
+                body=None if body is None else encode(body),
                 headers=headers,
                 retries=retries,
                 timeout=timeout,
@@ -270,6 +300,29 @@ class _DeadlineTimeout(urllib3.Timeout):
     def clone(self) -> urllib3.Timeout:
         left = max(self.deadline - time.monotonic(), 0.001)
         return urllib3.Timeout(connect=min(self._connect, left), read=min(self._read, left), total=left)
+
+
+def encode(body: Any) -> bytes:
+    """A request body as the client sends it (compact JSON)."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def batches(items: list[dict[str, Any]], *, max_items: int, max_bytes: int) -> Iterator[list[dict[str, Any]]]:
+    """``items`` in order, cut into lists of at most ``max_items`` whose batch body
+    (``{"items": [...]}``, encoded) is at most ``max_bytes`` (an item too large
+    alone goes alone: its answer says so)."""
+    envelope = len(encode({"items": []})) - 1  # each item below adds its comma; the first needs none
+    chunk: list[dict[str, Any]] = []
+    size = envelope
+    for item in items:
+        item_size = len(encode(item)) + 1
+        if chunk and (len(chunk) == max_items or size + item_size > max_bytes):
+            yield chunk
+            chunk, size = [], envelope
+        chunk.append(item)
+        size += item_size
+    if chunk:
+        yield chunk
 
 
 def _is_result(result: Any) -> bool:

@@ -125,10 +125,11 @@ def create_or_return_many(
     Concurrent batches that overlap cannot deadlock: rows are inserted in id
     order, so every transaction waits on the others' keys in the same order.
 
-    Several items need the ID as the key, one set of columns and plain values
-    (no SQL expressions), in the Python types the columns return (UUIDs, not
-    their text). One item may use any key and expressions (platform_svc's
-    Idempotency-Key, ``now() + lease``).
+    Several items need the ID as the key, one set of columns and plain values,
+    in the Python types the columns return (UUIDs, not their text); a SQL
+    expression only as the very same object in every item (platform_svc's
+    ``now() + lease``), stored as it is for each row. One item may use any key
+    and expressions (platform_svc's Idempotency-Key).
     """
     conflict_on = tuple(conflict_on)
     if len(items) == 1:
@@ -215,12 +216,19 @@ def _landed_in_time(horizon: Horizon, created: Mapping[Any, RowMapping]) -> None
 
 def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[str, Any]]) -> dict[Any, RowMapping]:
     """Insert the items whose ID is free with one statement; return the new rows by ID."""
-    columns = tuple(items[0])
-    names = set(columns)
-    if any(item.keys() != names or any(isinstance(v, ClauseElement) for v in item.values()) for item in items):
-        raise ValueError("a batch needs one set of columns and plain values")
+    first = items[0]
+    shared = tuple((name, value) for name, value in first.items() if isinstance(value, ClauseElement))
+    columns = tuple(name for name in first if not isinstance(first[name], ClauseElement))
+    names = set(first)
+    if any(
+        item.keys() != names
+        or any(item[name] is not value for name, value in shared)
+        or any(isinstance(item[name], ClauseElement) for name in columns)
+        for item in items
+    ):
+        raise ValueError("a batch needs one set of columns, plain values, and an expression only shared by all")
     params = {name: [item[name] for item in items] for name in columns}
-    rows = db_session.execute(_insert_many_statement(resource, columns), params).mappings().all()
+    rows = db_session.execute(_insert_many_statement(resource, columns, shared), params).mappings().all()
     return {row["id"]: row for row in rows}
 
 
@@ -299,8 +307,11 @@ def _insert_statement(resource: Resource, shape: tuple[tuple[str, Any], ...], co
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_many_statement(resource: Resource, columns: tuple[str, ...]) -> Any:
-    """The batch's INSERT: one array parameter per column, unnested into rows.
+def _insert_many_statement(
+    resource: Resource, columns: tuple[str, ...], shared: tuple[tuple[str, Any], ...] = ()
+) -> Any:
+    """The batch's INSERT: one array parameter per column, unnested into rows
+    (and each ``shared`` column the same SQL expression for every row).
 
     One statement for any batch size (multi-row VALUES would need one per
     size). Rows go in in id order, so overlapping batches lock IDs in the same
@@ -310,7 +321,7 @@ def _insert_many_statement(resource: Resource, columns: tuple[str, ...]) -> Any:
     table = resource.table
     rows = func.unnest(*[bindparam(name, type_=ARRAY(table.c[name].type)) for name in columns])
     rows = rows.table_valued(*columns).render_derived(name="item")
-    source = select(*[rows.c[name] for name in columns])
+    source = select(*[rows.c[name] for name in columns], *[value.label(name) for name, value in shared])
     if resource.parent is not None:
         parent = resource.parent.table
         source = (
@@ -318,7 +329,7 @@ def _insert_many_statement(resource: Resource, columns: tuple[str, ...]) -> Any:
             .where(parent.c.deleted_at.is_(None))
             .with_for_update(read=True, of=parent)
         )
-    stmt = insert(table).from_select(list(columns), source.order_by(rows.c.id))
+    stmt = insert(table).from_select([*columns, *(name for name, _ in shared)], source.order_by(rows.c.id))
     return stmt.on_conflict_do_nothing(index_elements=[table.c.id]).returning(*table.c)
 
 

@@ -28,6 +28,7 @@ from shared.client import (
     Operation,
     Outcome,
     classify,
+    encode,
 )
 
 TOKEN = "t0ken-for-tests"
@@ -864,7 +865,7 @@ def test_a_batch_is_one_call_and_each_item_is_classified_like_its_single_create(
     assert answers[3].reason == "POST /clusters/batch item 3: 409 id_conflict: id_conflict detail"
 
 
-@pytest.mark.parametrize(("status", "expected"), [(413, P), (422, P), (401, T), (404, T), (400, P)])
+@pytest.mark.parametrize(("status", "expected"), [(422, P), (401, T), (404, T), (400, P)])
 def test_a_batch_refused_as_a_whole_gives_every_item_that_answer(client, server, status, expected):
     server.script(reply(status, problem_of(status, "whole")))
 
@@ -873,6 +874,39 @@ def test_a_batch_refused_as_a_whole_gives_every_item_that_answer(client, server,
     assert len(server.requests) == 1
     assert all((a.outcome, a.status, a.body) == (expected, status, problem_of(status, "whole")) for a in answers)
     assert answers[0].reason == "POST /clusters/batch: " + f"{status} whole: whole detail"
+
+
+def created(count):
+    return reply(200, {"results": [{"status": 201, "object": {}}] * count})
+
+
+def test_a_batch_answered_413_is_split_in_two_and_sent_again_not_failed(client, server):
+    server.script(reply(413, problem_of(413, "payload_too_large")), created(3), created(3))
+
+    answers = client.create_batch("/clusters/batch", ITEMS)
+
+    assert [r.json for r in server.requests] == [{"items": ITEMS}, {"items": ITEMS[:3]}, {"items": ITEMS[3:]}]
+    assert [a.outcome for a in answers] == [D] * 6
+
+
+def test_only_an_item_too_large_alone_is_answered_413(client, server):
+    server.script(*[reply(413, problem_of(413, "payload_too_large"))] * 3)
+
+    answers = client.create_batch("/clusters/batch", ITEMS[:2])
+
+    assert [r.json for r in server.requests] == [{"items": ITEMS[:2]}, {"items": ITEMS[:1]}, {"items": ITEMS[1:2]}]
+    assert [(a.outcome, a.status) for a in answers] == [(P, 413)] * 2
+
+
+def test_a_batch_is_cut_into_calls_that_fit_the_body_limit_in_order(client, server):
+    client.max_body = len(encode({"items": ITEMS[:2]}))
+    server.script(created(2), created(2), created(2))
+
+    answers = client.create_batch("/clusters/batch", ITEMS)
+
+    assert [r.json for r in server.requests] == [{"items": ITEMS[i:i + 2]} for i in (0, 2, 4)]
+    assert all(len(r.body) <= client.max_body for r in server.requests)
+    assert [a.outcome for a in answers] == [D] * 6
 
 
 def test_a_batch_is_retried_like_any_call_then_classified_per_item(client, server):
