@@ -747,6 +747,9 @@ def main() -> int:
         sys.exit(f"{PATRONI} is missing: `make run-ha` installs it (or set HA_PATRONI).")
     workdir = ROOT / ".dev-ha"
     shutil.rmtree(workdir, ignore_errors=True)
+    # Ctrl-C, even when started from a shell that ignores SIGINT in background jobs (Python then
+    # installs no handler of its own), and SIGTERM: both end in the clean-up below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     base = int(os.environ.get("HA_BASE_PORT", "8100"))
     topology = Topology(workdir, base_port=base)
