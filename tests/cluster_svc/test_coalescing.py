@@ -54,6 +54,14 @@ def lock_waiters(engine) -> list[int]:
         )).scalars())
 
 
+def blocked_by(engine, pid: int) -> list[int]:
+    """The backends waiting on a lock that backend ``pid`` holds."""
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+        ), {"pid": pid}).scalars())
+
+
 class Gate:
     """A create of ``url`` + ``body`` that waits on the row a blocking transaction inserted
     with the same ID (``insert``), holding its coalescer's flush until :meth:`open`."""
@@ -186,30 +194,36 @@ def test_a_database_error_in_a_flush_gives_503_to_that_flushs_creates_only(app, 
     behind the second. Only the second flush's creates answer 503 (with Retry-After),
     and they stored nothing; sent again, they are created."""
     creates = creates_of(app, "cluster")
-    second_blocker = engine.connect()
-    second_transaction = second_blocker.begin()
     held = cluster_body()
-    second_blocker.execute(text("INSERT INTO clusters (id, deleted_at) VALUES (CAST(:id AS uuid), now())"), held)
     second = [cluster_body(), cluster_body(), held]
     third = [cluster_body(), cluster_body()]
-    try:
-        with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(8) as pool:
+        # Released before the pool waits for its threads, also when an assertion fails here:
+        # else the threads wait on its lock and the pool on them, for ever.
+        second_blocker = engine.connect()
+        second_transaction = second_blocker.begin()
+        try:
+            second_blocker.execute(
+                text("INSERT INTO clusters (id, deleted_at) VALUES (CAST(:id AS uuid), now())"), held
+            )
+            blocker_pid = second_blocker.execute(text("SELECT pg_backend_pid()")).scalar_one()
             gate = cluster_gate(app, engine, pool)
             in_second = [pool.submit(post, app, "/v1/clusters", body) for body in second]
             wait_until(lambda: len(creates._queue) == len(second), "the second flush's creates queued")
-            waiting = set(lock_waiters(engine))
             assert gate.open() == 201
-            wait_until(lambda: set(lock_waiters(engine)) - waiting, "the second flush waiting on its lock")
+            # The second flush's backend: the one waiting on the second blocker's lock (it may be
+            # the pooled connection the gate's flush used, so it is found by what it waits on).
+            wait_until(lambda: blocked_by(engine, blocker_pid), "the second flush waiting on its lock")
             in_third = [pool.submit(post, app, "/v1/clusters", body) for body in third]
             wait_until(lambda: len(creates._queue) == len(third), "the third flush's creates queued")
-            [flusher] = set(lock_waiters(engine)) - waiting
+            [flusher] = blocked_by(engine, blocker_pid)
             with engine.connect() as conn:
                 assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": flusher}).scalar()
             failed = [answer(future.result(timeout=30)) for future in in_second]
             succeeded = [answer(future.result(timeout=30)) for future in in_third]
-    finally:
-        second_transaction.rollback()
-        second_blocker.close()
+        finally:
+            second_transaction.rollback()
+            second_blocker.close()
 
     assert [(a["status"], a["body"]["code"], a["retry_after"]) for a in failed] == [(503, "unavailable", "2")] * 3
     assert [a["status"] for a in succeeded] == [201, 201]
