@@ -186,6 +186,11 @@ class Plan:
 
     ``rates`` maps faults to probabilities (their sum at most 1); the rest
     pass. ``Plan(7, {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1})``.
+
+    The first requests get each fault of ``rates`` once, in its order, and
+    only then does the seed draw: a scenario that asserts a fault happened
+    holds whatever the seed, as long as that many requests came (a seed
+    alone can draw no reset at all across the few calls of a batched push).
     """
 
     def __init__(self, seed: int, rates: dict[Fault, float]) -> None:
@@ -195,9 +200,12 @@ class Plan:
             raise ValueError("a hold needs someone to release it; script it with FaultProxy.hold")
         self.seed = seed
         self.rates = dict(rates)
+        self._opening = [fault for fault, rate in rates.items() if rate > 0]
         self._random = random.Random(seed)
 
     def draw(self) -> Fault:
+        if self._opening:
+            return self._opening.pop(0)
         point = self._random.random()
         for fault, rate in self.rates.items():
             if point < rate:

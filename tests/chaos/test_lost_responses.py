@@ -20,8 +20,8 @@ RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
 
 def test_creates_whose_answers_are_lost_exist_exactly_once_downstream(pair, scale, rng, figures):
     api = pair.account("lost-responses")
-    pair.proxy.plan = Plan(seed_for("lost responses"), RATES)
     mark = pair.mark()
+    pair.proxy.plan = Plan(seed_for("lost responses"), RATES)
 
     clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(scale.creates)], scale.threads)
     assert not [c for c in clusters if isinstance(c, BaseException)]

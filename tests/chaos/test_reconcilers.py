@@ -90,8 +90,8 @@ def record(db_session, resource, values):
 
 
 def test_several_reconcilers_push_each_row_once_and_never_twice_at_the_same_time(pair, backlog, scale, figures):
-    pair.proxy.plan = Plan(seed_for("reconcilers"), RATES)
     mark = pair.mark()
+    pair.proxy.plan = Plan(seed_for("reconcilers"), RATES)
 
     first = pair.finish(start_together(pair, scale.reconcilers, concurrency=4, batch=20))
     pair.converge(processes=scale.reconcilers, concurrency=4, batch=20)

@@ -92,8 +92,8 @@ def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, 
 
 
 def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale, rng, figures):
-    pair.proxy.plan = Plan(seed_for("updates"), RATES)
     mark = pair.mark()
+    pair.proxy.plan = Plan(seed_for("updates"), RATES)
     writes_before = read_audit(pair)
     patches = {c["id"]: [cluster_changes(rng) for _ in range(rng.randint(1, 3))] for c in estate.clusters}
     rule_patches = {
@@ -141,8 +141,8 @@ def test_updates_only_move_forward_and_end_as_the_platforms(pair, estate, scale,
 
 
 def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, scale, rng, figures):
-    pair.proxy.plan = Plan(seed_for("deletes"), RATES)
     mark = pair.mark()
+    pair.proxy.plan = Plan(seed_for("deletes"), RATES)
     doomed = rng.sample(estate.clusters, len(estate.clusters) // 3)
     doomed_ids = {c["id"] for c in doomed}
     survivors = [c for c in estate.clusters if c["id"] not in doomed_ids]

@@ -276,6 +276,13 @@ def test_a_plan_replays_from_its_seed():
     assert draws(42) != draws(43)
 
 
+@pytest.mark.parametrize("seed", range(50))
+def test_a_plan_opens_with_each_of_its_faults_whatever_the_seed(seed):
+    """A scenario asserting that a fault happened may rely on the plan, not on its seed."""
+    assert draws(seed, count=2) == [Fault.DROP_RESPONSE, Fault.RESET]
+    assert Plan(seed, {Fault.RESET: 0.0, Fault.DROP_RESPONSE: 0.5}).draw() is Fault.DROP_RESPONSE
+
+
 def test_a_plan_draws_its_rates():
     counts = Counter(draws(42))
 
