@@ -46,7 +46,7 @@ def purge(dry_run: bool, every: float | None, batch: int) -> None:
     from shared.horizon import Horizon
     from shared.logs import configure_logging
     from shared.purge import Purger, run_every
-    from cluster_svc.resources import RESOURCES
+    from cluster_svc.models import RESOURCES
     from cluster_svc.tombstones import purgeable
 
     database = Database(config.database_url("CLUSTER_DATABASE_URL"), pool_size=1)

@@ -1,4 +1,9 @@
-"""cluster_svc's tables.
+"""cluster_svc's tables, and the registry of the resources they hold.
+
+Each resource's model names its declaration (``declares=``, see
+:mod:`shared.declaration`) and holds its fields, the owner of a root tree
+(``team_id``), its ancestors' IDs and the lifecycle columns below; it is
+registered in :data:`RESOURCES` as it is defined.
 
 A row whose ``deleted_at`` is set is a tombstone: it is what makes a repeated
 delete answer 410 and a late create fail instead of resurrecting the object.
@@ -15,12 +20,11 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Uuid, func, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from shared import contract
 from shared.db import NAMING_CONVENTION
+from shared.declaration import Declaration
+from shared.registry import Registry, registering
 from shared.types import IPNetworkType
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 def tombstones_index(table: str) -> Index:
@@ -38,7 +42,20 @@ class Lifecycle:
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-class Cluster(Lifecycle, Base):
+def _own_columns(declaration: Declaration) -> tuple[str, ...]:
+    """What cluster_svc adds to a declared resource's table: its ID (the caller's), the
+    lifecycle columns, and a root's owner."""
+    return ("id", *Lifecycle.__annotations__, *([declaration.owner] if declaration.owner else []))
+
+
+RESOURCES = Registry(columns=_own_columns, immutable=lambda declaration: declaration.immutable_columns)
+
+
+class Base(registering(RESOURCES), DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Cluster(Lifecycle, Base, declares=contract.CLUSTER):
     __tablename__ = "clusters"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
@@ -62,7 +79,7 @@ class Cluster(Lifecycle, Base):
     )
 
 
-class FirewallRule(Lifecycle, Base):
+class FirewallRule(Lifecycle, Base, declares=contract.FIREWALL_RULE):
     __tablename__ = "firewall_rules"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)

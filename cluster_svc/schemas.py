@@ -2,44 +2,29 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from marshmallow import fields, utils, validate
 
 from shared.api import MAX_BATCH_ITEMS
+from shared.declaration import Declaration
 from shared.registry import Resource
 from shared.schemas import (
-    ClusterFields,
-    ClusterMutableFields,
-    FirewallRuleFields,
-    FirewallRuleMutableFields,
     InputSchema,
-    IPNetwork,
     ObjectId,
     OutputSchema,
     PageArgs,
     ProblemSchema,
     StrictInteger,
-    description_field,
     page_schema,
 )
 
 GENERATION = validate.Range(min=1, max=2**31 - 1)
+CALLERS_ID = {"description": "Chosen by the caller; the idempotency key"}
 
 
 def generation_field(**kwargs) -> StrictInteger:
     return StrictInteger(validate=GENERATION, **kwargs)
-
-
-class ClusterCreate(ClusterFields):
-    id = ObjectId(required=True, metadata={"description": "Chosen by the caller; the idempotency key"})
-    team_id = ObjectId(required=True)
-    generation = generation_field(load_default=1)
-
-
-class ClusterUpdate(ClusterMutableFields):
-    """A PUT: the generation it wants to reach and every mutable field."""
-
-    generation = generation_field(required=True)
 
 
 INCLUDE_DELETED = {
@@ -54,10 +39,6 @@ class ListArgs(PageArgs):
     include_deleted = fields.Boolean(load_default=False, metadata=INCLUDE_DELETED)
 
 
-class ClusterListArgs(ListArgs):
-    team_id = ObjectId(load_default=None)
-
-
 class LifecycleOut(OutputSchema):
     generation = fields.Integer()
     created_at = fields.DateTime()
@@ -70,39 +51,7 @@ class LifecycleOut(OutputSchema):
 TOMBSTONE_NULL = {"allow_none": True}
 
 
-class ClusterOut(LifecycleOut):
-    id = fields.UUID()
-    team_id = fields.UUID(**TOMBSTONE_NULL)
-    name = fields.String(**TOMBSTONE_NULL)
-    region = fields.String(**TOMBSTONE_NULL)
-    postgres_version = fields.Integer(**TOMBSTONE_NULL)
-    plan = fields.String(**TOMBSTONE_NULL)
-    storage_gb = fields.Integer(**TOMBSTONE_NULL)
-
-
-class FirewallRuleCreate(FirewallRuleFields):
-    id = ObjectId(required=True, metadata={"description": "Chosen by the caller; the idempotency key"})
-    generation = generation_field(load_default=1)
-
-
-class FirewallRuleUpdate(FirewallRuleMutableFields):
-    """A PUT: the generation it wants to reach and every mutable field."""
-
-    generation = generation_field(required=True)
-    description = description_field(required=True)
-
-
-class FirewallRuleOut(LifecycleOut):
-    id = fields.UUID()
-    cluster_id = fields.UUID()
-    cidr = IPNetwork(**TOMBSTONE_NULL)
-    description = fields.String(**TOMBSTONE_NULL)
-
-
-
-
 # --- batch create ----------------------------------------------------------
-
 
 
 class BatchItems(fields.List):
@@ -154,28 +103,61 @@ def batch_schemas(item_in: type, item_out: type, name: str) -> tuple[type, type]
     return request, response
 
 
+def create_schema(declaration: Declaration) -> type:
+    """A create: the caller's ``id``, every field (a root's owner too), and the generation (1 unless given)."""
+    fields_ = {name: spec.loader(required=True, default=True) for name, spec in declaration.body.items()}
+    fields_["id"] = ObjectId(required=True, metadata=CALLERS_ID)
+    if declaration.owner:
+        fields_[declaration.owner] = ObjectId(required=True)
+    fields_["generation"] = generation_field(load_default=1)
+    return type(f"{declaration.camel}Create", (InputSchema,), fields_)
+
+
+def update_schema(declaration: Declaration) -> type:
+    """A PUT: the generation it wants to reach and every mutable field."""
+    fields_ = {name: spec.loader(required=True, default=False) for name, spec in declaration.mutable.items()}
+    fields_["generation"] = generation_field(required=True)
+    return type(f"{declaration.camel}Update", (InputSchema,), {"__doc__": update_schema.__doc__, **fields_})
+
+
+def out_schema(declaration: Declaration) -> type:
+    """The object: its ID, the owner (a root's) or its ancestors' IDs, and every field, after the lifecycle."""
+    fields_: dict[str, Any] = {"id": fields.UUID()}
+    if declaration.owner:
+        fields_[declaration.owner] = fields.UUID(**TOMBSTONE_NULL)
+    fields_.update((ancestor.id_column, fields.UUID()) for ancestor in declaration.ancestors)
+    fields_.update((name, spec.dumper(**TOMBSTONE_NULL)) for name, spec in declaration.fields.items())
+    return type(f"{declaration.camel}Out", (LifecycleOut,), fields_)
+
+
+def list_args_schema(declaration: Declaration) -> type:
+    """A collection's query: a page, and a root's listing may be narrowed to one owner."""
+    if not declaration.owner:
+        return PageArgs
+    return type(f"{declaration.camel}ListArgs", (ListArgs,), {declaration.owner: ObjectId(load_default=None)})
+
+
 @functools.cache
 def route_schemas(resource: Resource) -> dict[str, type]:
-    """Every body of one resource's routes, by role, named after its key (``FirewallRulePage``).
-
-    ``create``, ``update`` and ``out`` are the resource's own (its
-    registration's ``schemas``), and so is ``list_args`` if given: the query
-    of its collection's listing (a root's may filter by more). The pages, the
-    batch bodies and the bulk listing's are derived, once per resource.
-    """
-    name, create, out = resource.camel, resource.schemas["create"], resource.schemas["out"]
+    """Every body of one resource's routes, by role, named after its key (``FirewallRulePage``),
+    derived once from its declaration: ``create``, ``update``, ``out``, ``list_args`` (the query
+    of its collection's listing), the pages, the batch bodies and the bulk listing's."""
+    declaration, owner = resource.declaration, resource.root.declaration.owner
+    name, create, out = declaration.camel, create_schema(declaration), out_schema(declaration)
     batch_create, batch_results = batch_schemas(create, out, name)
     listed = type(
         f"{name}Listed",
         (out,),
         {
             "__doc__": "An object in the listing across parents: with the team that owns its tree.",
-            "team_id": fields.UUID(allow_none=True, metadata={"description": "The team that owns it"}),
+            owner: fields.UUID(allow_none=True, metadata={"description": "The team that owns it"}),
         },
     )
     return {
-        "list_args": PageArgs,
-        **resource.schemas,
+        "create": create,
+        "update": update_schema(declaration),
+        "out": out,
+        "list_args": list_args_schema(declaration),
         "page": page_schema(out, f"{name}Page"),
         "batch_create": batch_create,
         "batch_results": batch_results,

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import Connection, func, select, text
 from sqlalchemy.sql import ColumnElement
 
-from cluster_svc.resources import RESOURCES
+from cluster_svc.models import RESOURCES
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.registry import Registry, Resource

@@ -27,7 +27,7 @@ from flask import Response, current_app
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError
 
-from cluster_svc.resources import OWNER, RESOURCES
+from cluster_svc.models import RESOURCES
 from cluster_svc.schemas import route_schemas
 from shared.api import MAX_BATCH_ITEMS, Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
@@ -183,7 +183,9 @@ def page(rows_and_next: tuple[Sequence[Any], Any]) -> dict[str, Any]:
 
 def blueprint(registry: Registry = RESOURCES) -> Blueprint:
     """Every route of every resource in ``registry``, on a blueprint of its own (one per app)."""
-    blp = Blueprint("clusters", __name__, url_prefix="/v1", description="Clusters and their firewall rules")
+    root = registry.roots[0]  # the tag is named after it ("Clusters and their firewall rules")
+    under = " and ".join(f"{resource.words}s" for resource in root.descendants)
+    blp = Blueprint(root.plural, __name__, url_prefix="/v1", description=f"{root.words.capitalize()}s and their {under}")
     for resource in registry:
         _collection_routes(blp, resource)
         _item_routes(blp, resource)
@@ -214,7 +216,8 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         def get(self, args, **path_ids):
             refuse_future_ids(path_ids.values(), "path")
             scope = resource.scope_from_path(path_ids)
-            filters = {**scope, **{name: args.pop(name) for name in resource.options.get("filters", ())}}
+            owner = resource.declaration.owner  # a root's listing may be narrowed to one owner
+            filters = {**scope, **({owner: args.pop(owner)} if owner else {})}
             with transaction() as db_session:
                 if parent is not None:
                     get_live(db_session=db_session, resource=parent, object_id=scope[parent.id_column],
@@ -339,7 +342,8 @@ def _bulk_listing(blp: Blueprint, resource: Resource) -> None:
         def get(self, args):
             with transaction() as db_session:
                 return page(list_live(
-                    db_session=db_session, resource=resource, filters={}, root_columns=(OWNER,), **args
+                    db_session=db_session, resource=resource, filters={},
+                    root_columns=(resource.root.declaration.owner,), **args
                 ))
 
     blp.route(f"/{resource.segment}", endpoint=f"{resource.key}_bulk")(Bulk)

@@ -252,7 +252,7 @@ def create_account(name: str, as_json: bool) -> None:
 @quiet_on_closed_pipe
 def sync_status(retry_failed: bool, limit: int) -> None:
     from platform_svc.status import format_age, read_status
-    from platform_svc.resources import RESOURCES
+    from platform_svc.models import RESOURCES
     from platform_svc.sync import requeue_failed, stalled_after
     from shared.db import Database
 

@@ -1,10 +1,10 @@
 """What the platform owns of each object, and whether cluster_svc's copy says the same.
 
-Everything here is derived from the resource's public schemas, so a new
-resource is compared without a line of its own: a create sends the create
-body's fields with the ones the platform owns (``id``, ``generation``, and a
-root object's account as ``team_id``); an update sends the mutable fields
-(the PATCH body's) with the wanted generation. The platform owns every one of
+Everything here is derived from the resource's declaration, so a new
+resource is compared without a line of its own: a create sends every
+declared field with the ones the platform owns (``id``, ``generation``, and a
+root object's account as its declared owner, such as ``team_id``); an update
+sends the mutable fields with the wanted generation. The platform owns every one of
 those fields: cluster_svc's copy is right when, at the platform's generation,
 it holds exactly them.
 
@@ -20,23 +20,24 @@ from typing import Any
 
 from sqlalchemy.engine import RowMapping
 
+from platform_svc.schemas import route_schemas
 from shared.registry import Resource
 
-OWNER = "team_id"  # cluster_svc's name for the account that owns a root object
 PLATFORM_OWNED = ("id", "generation")  # sent with every create, but not fields to compare
 
 
 def create_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
     """What a create of ``row`` sends down."""
     body = {"id": str(row["id"]), **_dumper(resource, "create").dump(row), "generation": row["generation"]}
-    if resource.parent is None:
-        body[OWNER] = str(row["account_id"])
+    owner = resource.declaration.owner
+    if owner:
+        body[owner] = str(row["account_id"])
     return body
 
 
 def update_body(resource: Resource, row: RowMapping) -> dict[str, Any]:
     """What an update of ``row`` sends down: the wanted generation and every mutable field."""
-    return {"generation": row["generation"], **_dumper(resource, "patch").dump(row)}
+    return {"generation": row["generation"], **_dumper(resource, "update").dump(row)}
 
 
 def fields(resource: Resource, row: RowMapping) -> dict[str, Any]:
@@ -44,16 +45,17 @@ def fields(resource: Resource, row: RowMapping) -> dict[str, Any]:
     return {name: value for name, value in create_body(resource, row).items() if name not in PLATFORM_OWNED}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def owned(resource: Resource) -> frozenset[str]:
-    """The names :func:`fields` gives: the create body's, and a root object's owner."""
-    return frozenset(resource.schemas["create"]().fields) | ({OWNER} if resource.parent is None else set())
+    """The names :func:`fields` gives: every declared field, and a root object's owner."""
+    declaration = resource.declaration
+    return frozenset(declaration.fields) | ({declaration.owner} if declaration.owner else set())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mutable(resource: Resource) -> frozenset[str]:
-    """The fields an update can change (the PATCH body's)."""
-    return frozenset(resource.schemas["patch"]().fields)
+    """The fields an update can change."""
+    return frozenset(resource.declaration.mutable)
 
 
 def differing(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
@@ -89,7 +91,9 @@ def ahead(resource: Resource, row: RowMapping, theirs: Any, operation: Any) -> i
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _dumper(resource: Resource, role: str) -> Any:
-    """The public output schema, limited to the fields of the ``role`` body (values as JSON wants them)."""
-    return resource.schemas["out"](only=tuple(resource.schemas[role]().fields))
+@functools.cache
+def _dumper(resource: Resource, operation: str) -> Any:
+    """The public output schema, limited to the fields a create or an update sends (values as JSON wants them)."""
+    declaration = resource.declaration
+    names = declaration.body if operation == "create" else declaration.mutable
+    return route_schemas(resource)["out"](only=tuple(names))

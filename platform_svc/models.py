@@ -1,4 +1,6 @@
-"""platform_svc's tables: accounts, and the public objects with their sync state.
+"""platform_svc's tables: accounts, and the public objects with their sync state,
+registered in :data:`RESOURCES` as each model naming its declaration
+(``declares=``, see :mod:`shared.declaration`) is defined.
 
 Each object row is its own replay log. ``generation`` is the version the
 platform wants downstream and ``synced_generation`` the one cluster_svc has
@@ -27,7 +29,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
+from shared import contract
 from shared.db import NAMING_CONVENTION
+from shared.registry import Registry, registering
 from shared.types import IPNetworkType
 
 SYNC_STATE = """CASE
@@ -36,6 +40,11 @@ SYNC_STATE = """CASE
     WHEN deleted_at IS NOT NULL AND delete_synced_at IS NOT NULL THEN 'synced'
     ELSE 'pending'
 END"""
+
+
+# For the create-or-return mechanism: the platform invents every ID, so what a
+# replay (same Idempotency-Key) must repeat is the body it first came with.
+KEY_REPLAY = ("request_fingerprint",)
 
 
 class Base(DeclarativeBase):
@@ -91,7 +100,17 @@ class Synced:
         )
 
 
-class Cluster(Synced, Base):
+# What platform_svc adds to a declared resource's table: the ID it invents and the sync bookkeeping.
+RESOURCES = Registry(columns=lambda declaration: ("id", *Synced.__annotations__), immutable=lambda _: KEY_REPLAY)
+
+
+class Object(registering(RESOURCES), Synced, Base):
+    """The base of every model of a declared resource (``declares=``)."""
+
+    __abstract__ = True
+
+
+class Cluster(Object, declares=contract.CLUSTER):
     __tablename__ = "clusters"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
@@ -102,7 +121,7 @@ class Cluster(Synced, Base):
     storage_gb: Mapped[int] = mapped_column(Integer)
 
 
-class FirewallRule(Synced, Base):
+class FirewallRule(Object, declares=contract.FIREWALL_RULE):
     __tablename__ = "firewall_rules"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)

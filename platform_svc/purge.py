@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sqlalchemy.sql import ColumnElement
 
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.purge import BATCH, Purger

@@ -31,13 +31,17 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared import config, request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
 log = logging.getLogger(__name__)
+
+# What an outage probe asks of cluster_svc: one page of one object of the first root resource,
+# a cheap read that needs the token and the database.
+PROBE = f"/v1{RESOURCES.roots[0].collection_path()}?limit=1"
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ class RecoveryWatch:
                         if not (self._seen or self._unsure):
                             self._suspect = False
                     return 0
-        if not self.pusher.client.probe():
+        if not self.pusher.client.probe(PROBE):
             with self._lock:
                 self._unsure = False
                 self._outage_seen("a probe failed")

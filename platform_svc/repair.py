@@ -69,7 +69,7 @@ from sqlalchemy.exc import DBAPIError
 from platform_svc import content
 from platform_svc.models import Account, Lease
 from platform_svc.recording import fail_waiting_descendants
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
@@ -139,6 +139,7 @@ class Downstream:
         self.client = client
         self.listing = listing(resource)
         self.owned = content.owned(resource)
+        self.owner = resource.root.declaration.owner  # the bulk listing gives every object its tree's owner
         self.page_size = page_size
         self.position: uuid.UUID | None = None
 
@@ -167,13 +168,13 @@ class Downstream:
             raise RepairError(f"could not read cluster_svc's listing: {answer.reason}")
         items = []
         for item in answer.body["items"]:
-            team_id = item.get("team_id")
+            owner = item.get(self.owner)
             items.append(
                 {
                     "id": uuid.UUID(item["id"]),
                     "generation": item["generation"],
                     "alive": item["deleted_at"] is None,
-                    "team_id": uuid.UUID(team_id) if team_id else None,
+                    "owner": uuid.UUID(owner) if owner else None,
                     "fields": {name: value for name, value in item.items() if name in self.owned},
                 }
             )
@@ -324,14 +325,14 @@ def orphans(
     Read after cluster_svc's answer, so an object created (and pushed) since
     the page was read is found here and is not taken for an orphan.
     """
-    candidates = [item for item in unknown if item["alive"] and item["team_id"] is not None]
+    candidates = [item for item in unknown if item["alive"] and item["owner"] is not None]
     if not candidates:
         return []
     table = resource.table
     known = set(db_session.execute(select(table.c.id).where(table.c.id.in_([c["id"] for c in candidates]))).scalars())
-    teams = {c["team_id"] for c in candidates}
-    accounts = set(db_session.execute(select(Account.id).where(Account.id.in_(teams))).scalars())
-    return [c["id"] for c in candidates if c["id"] not in known and c["team_id"] in accounts]
+    owners = {c["owner"] for c in candidates}
+    accounts = set(db_session.execute(select(Account.id).where(Account.id.in_(owners))).scalars())
+    return [c["id"] for c in candidates if c["id"] not in known and c["owner"] in accounts]
 
 
 # -- the pass ---------------------------------------------------------------------------

@@ -1,27 +1,19 @@
-"""platform_svc's public request and response bodies.
+"""platform_svc's public request and response bodies, derived from each resource's declaration.
 
 The public bodies are cluster_svc's without the fields the platform owns: it
-adds ``id`` (a UUIDv7), ``team_id`` (the account) and ``generation``.
+adds ``id`` (a UUIDv7), a root's owner (the account) and ``generation``.
 """
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from marshmallow import ValidationError, fields, validate, validates_schema
 
-from shared.schemas import (
-    ClusterFields,
-    ClusterMutableFields,
-    FirewallRuleFields,
-    FirewallRuleMutableFields,
-    InputSchema,
-    IPNetwork,
-    OutputSchema,
-    PageArgs,
-    page_schema,
-)
+from shared.declaration import Declaration
 from shared.openapi import FullMatch
 from shared.registry import Resource
+from shared.schemas import InputSchema, OutputSchema, PageArgs, page_schema
 
 # 1-255 printable ASCII characters, none at either end (where HTTP trims whitespace).
 IDEMPOTENCY_KEY_PATTERN = "^[!-~]([ -~]{0,253}[!-~])?$"
@@ -42,11 +34,9 @@ class ListArgs(PageArgs):
     )
 
 
-class ClusterCreate(ClusterFields):
-    pass
-
-
 class Patch:
+    """Any of the mutable fields; each PATCH bumps the generation."""
+
     class Meta(InputSchema.Meta):
         json_schema = {"minProperties": 1}  # as _not_empty below refuses {}
 
@@ -54,18 +44,6 @@ class Patch:
     def _not_empty(self, data, **kwargs):
         if not data:
             raise ValidationError("Send at least one field to change.")
-
-
-class ClusterPatch(Patch, ClusterMutableFields):
-    """Any of the mutable fields; each PATCH bumps the generation."""
-
-
-class FirewallRuleCreate(FirewallRuleFields):
-    pass
-
-
-class FirewallRulePatch(Patch, FirewallRuleMutableFields):
-    pass
 
 
 class SyncedOut(OutputSchema):
@@ -78,23 +56,35 @@ class SyncedOut(OutputSchema):
     deleted_at = fields.DateTime(allow_none=True)
 
 
-class ClusterOut(SyncedOut):
-    id = fields.UUID(metadata={"description": "A UUIDv7 the platform assigned"})
-    name = fields.String()
-    region = fields.String()
-    postgres_version = fields.Integer()
-    plan = fields.String()
-    storage_gb = fields.Integer()
+ID = {"description": "A UUIDv7 the platform assigned"}
 
 
-class FirewallRuleOut(SyncedOut):
-    id = fields.UUID()
-    cluster_id = fields.UUID()
-    cidr = IPNetwork()
-    description = fields.String()
+@functools.cache
+def route_schemas(resource: Resource) -> dict[str, type]:
+    """The public bodies of one resource, by role, named after its key, derived once from its
+    declaration: ``create`` (every field), ``patch`` (any mutable field), ``out`` and ``page``."""
+    declaration = resource.declaration
+    out = out_schema(declaration)
+    return {
+        "create": create_schema(declaration),
+        "patch": patch_schema(declaration),
+        "out": out,
+        "page": page_schema(out, f"{declaration.camel}Page"),
+    }
 
 
-@functools.lru_cache(maxsize=None)
-def page_of(resource: Resource) -> type:
-    """A page of the resource's ``out`` schema, named after its key (``FirewallRulePage``), made once."""
-    return page_schema(resource.schemas["out"], f"{resource.camel}Page")
+def create_schema(declaration: Declaration) -> type:
+    fields_ = {name: spec.loader(required=True, default=True) for name, spec in declaration.body.items()}
+    return type(f"{declaration.camel}Create", (InputSchema,), fields_)
+
+
+def patch_schema(declaration: Declaration) -> type:
+    fields_ = {name: spec.loader(required=False, default=False) for name, spec in declaration.mutable.items()}
+    return type(f"{declaration.camel}Patch", (Patch, InputSchema), {"__doc__": Patch.__doc__, **fields_})
+
+
+def out_schema(declaration: Declaration) -> type:
+    fields_: dict[str, Any] = {"id": fields.UUID(metadata=ID)}
+    fields_.update((ancestor.id_column, fields.UUID()) for ancestor in declaration.ancestors)
+    fields_.update((name, spec.dumper()) for name, spec in declaration.fields.items())
+    return type(f"{declaration.camel}Out", (SyncedOut,), fields_)

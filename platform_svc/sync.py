@@ -48,7 +48,7 @@ from platform_svc.recording import (
     record_many,
     release_many,
 )
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from shared import config
 from shared.client import Answer, InternalClient, Operation, Outcome, encode
 from shared.coalesce import Coalescer

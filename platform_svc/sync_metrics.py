@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import text
 
 from platform_svc.status import count_states
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from platform_svc.sync import stalled_after
 from shared.db import Database
 

@@ -12,8 +12,8 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
 from platform_svc import services
-from platform_svc.resources import RESOURCES
-from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, page_of
+from platform_svc.models import RESOURCES
+from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
 from shared.db import transaction
@@ -141,7 +141,8 @@ def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
 
 def blueprint(registry: Registry = RESOURCES) -> Blueprint:
     """The public routes of every resource in ``registry``, on a blueprint of its own (one per app)."""
-    blp = Blueprint("public", __name__, url_prefix="/v1", description="Clusters and firewall rules of your account")
+    served = " and ".join(f"{resource.words}s" for resource in registry)
+    blp = Blueprint("public", __name__, url_prefix="/v1", description=f"{served.capitalize()} of your account")
     for resource in registry:
         _collection_routes(blp, resource)
         _item_routes(blp, resource)
@@ -149,12 +150,12 @@ def blueprint(registry: Registry = RESOURCES) -> Blueprint:
 
 
 def _collection_routes(blp: Blueprint, resource: Resource) -> None:
-    schemas, words, parent = resource.schemas, resource.words, resource.parent
+    schemas, words, parent = route_schemas(resource), resource.words, resource.parent
     no_parent = f"No such {parent.words} in your account" if parent else None
 
     class Collection(MethodView):
         @blp.arguments(ListArgs(), location="query")
-        @blp.response(200, page_of(resource))
+        @blp.response(200, schemas["page"])
         @(blp.problem(404, no_parent) if parent else unchanged)
         @(blp.problem(410, f"The {parent.words} was deleted (gone), or has no row and an ID older than the "
                       "horizon (id_expired)") if parent else unchanged)
@@ -208,7 +209,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
 
 
 def _item_routes(blp: Blueprint, resource: Resource) -> None:
-    schemas, words = resource.schemas, resource.words
+    schemas, words = route_schemas(resource), resource.words
     out = schemas["out"]()
     mutable = " or ".join(schemas["patch"]().fields)
     under = [child.words + "s" for child in resource.children]

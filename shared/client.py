@@ -228,8 +228,8 @@ class InternalClient:
         outcome = classify(operation, response.status)
         return Answer(outcome, response.status, payload, _reason(f"{method} {path}", response.status, payload), operation)
 
-    def probe(self, path: str = "/v1/clusters?limit=1", timeout: float = 1.0) -> bool:
-        """Whether cluster_svc serves a cheap authenticated read (its database included) right now.
+    def probe(self, path: str, timeout: float = 1.0) -> bool:
+        """Whether cluster_svc serves a cheap authenticated read of ``path`` (its database included) right now.
 
         One attempt, no retries: the caller asks again in a second anyway.
         """

@@ -22,22 +22,29 @@ def _patch_if_serving() -> None:
 
 def cluster_svc() -> None:
     _patch_if_serving()
-    from cluster_svc.cli import main
-
-    _load_resource_modules()
-    main()
+    _start("cluster-svc", "cluster_svc.cli")
 
 
 def platform_svc() -> None:
     _patch_if_serving()
-    from platform_svc.cli import main
-
-    _load_resource_modules()
-    main()
+    _start("platform-svc", "platform_svc.cli")
 
 
-def _load_resource_modules() -> None:
-    """Resources a deployment adds (``RESOURCE_MODULES``), registered before any command builds on the registry."""
+def _start(prog: str, cli: str) -> None:
+    """Import the service's commands and the resources a deployment adds (``RESOURCE_MODULES``), so
+    every resource is registered before any command builds on the registry; then run the command.
+
+    A model that disagrees with its resource's declaration stops it here, in one line naming the field.
+    """
+    import importlib
+
+    from shared.declaration import DeclarationMismatch
     from shared.registry import load_resource_modules
 
-    load_resource_modules()
+    try:
+        main = importlib.import_module(cli).main
+        load_resource_modules()
+    except DeclarationMismatch as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    main()

@@ -1,10 +1,13 @@
 """Which resources a service holds, and how they nest: the registry.
 
-Each service keeps one :class:`Registry` of its resources; everything that
-works on "every resource" (routes, the reconciler, repair, ``sync-status``,
-metrics, test helpers) iterates it, and nothing else names a resource's
-parent or its columns. A resource is registered once, by its canonical
-*key* (``"firewall_rule"``); every other spelling is derived from it:
+Each service keeps one :class:`Registry` of its resources, filled by its
+models: a model class defined with ``declares=<Declaration>`` (see
+:mod:`shared.declaration`) registers its resource as it is defined.
+Everything that works on "every resource" (routes, the reconciler, repair,
+``sync-status``, metrics, purge) iterates it, and nothing else names a
+resource's parent or its columns. A resource has one canonical *key*
+(``"firewall_rule"``), its declaration's; every other spelling is derived
+from it:
 
 =================  ============================  ===============================
 what               derived as                    ``firewall_rule`` under ``cluster``
@@ -25,86 +28,49 @@ scoped, routed and pushed from its own row without a join.
 
 A deployment (or a test) may add resources of its own: the modules named in
 ``RESOURCE_MODULES`` (comma-separated import paths) are imported at start-up,
-and each registers what it defines (see docs/design.md, "Adding a resource").
+and each defines a declaration and a model per service (see docs/design.md,
+"Adding a resource").
 """
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
 
+from shared.declaration import Declaration, Named
+
 RESOURCE_MODULES = "RESOURCE_MODULES"
 
 
-@dataclass(frozen=True, eq=False)
-class Resource:
-    """One kind of object: its key, its table, and where it hangs.
+@dataclass(frozen=True, eq=False, repr=False)
+class Resource(Named):
+    """One kind of object as a service holds it: its declaration, its table, and where it hangs.
 
-    ``immutable`` names the fields a replay must repeat unchanged (else 409);
-    ``schemas`` holds the service's marshmallow schemas for it, by role
-    (``create``, ``update``, ``out``, ...); ``options`` anything else a service
-    wants to say about it (such as the listing's extra filters).
+    ``immutable`` names the columns a replay must repeat unchanged (else 409).
+    Each service derives its bodies from ``declaration`` (its ``schemas``
+    module, once per resource).
     """
 
-    key: str
+    declaration: Declaration
     table: Table
     immutable: tuple[str, ...] = ()
     parent: Resource | None = None
-    schemas: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)
     children: list[Resource] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for ancestor in self.ancestors:
-            if ancestor.id_column not in self.table.c:
-                raise ValueError(f"{self.table.name} needs a column {ancestor.id_column} (its {ancestor.key})")
         if self.table.name != self.plural:
             raise ValueError(f"the table of {self.key!r} must be named {self.plural!r}, not {self.table.name!r}")
 
     def __hash__(self) -> int:
         return id(self)
 
-    # Derived names --------------------------------------------------------
-
     @property
-    def label(self) -> str:
-        """The ``resource`` label of every metric."""
-        return self.key
-
-    @property
-    def words(self) -> str:
-        return self.key.replace("_", " ")
-
-    @property
-    def plural(self) -> str:
-        return f"{self.key}s"
-
-    @property
-    def segment(self) -> str:
-        """The collection's path segment."""
-        return self.plural.replace("_", "-")
-
-    @property
-    def id_column(self) -> str:
-        """The column by which a descendant names this resource."""
-        return f"{self.key}_id"
-
-    @property
-    def path_variable(self) -> str:
-        """The URL variable that holds this resource's ID."""
-        return f"{self.key.rsplit('_', 1)[-1]}_id"
-
-    @property
-    def camel(self) -> str:
-        return "".join(word.capitalize() for word in self.key.split("_"))
-
-    def describe(self, object_id: Any) -> str:
-        """``Firewall rule <id>``: how messages name one object."""
-        return f"{self.words.capitalize()} {object_id}"
+    def key(self) -> str:
+        return self.declaration.key
 
     # Where it hangs --------------------------------------------------------
 
@@ -162,25 +128,43 @@ class Resource:
 
 
 class Registry:
-    """A service's resources, parents always before their children."""
+    """A service's resources, parents always before their children.
 
-    def __init__(self) -> None:
+    ``columns`` gives the columns a service adds to a declared resource's
+    table (its ID and bookkeeping; the ancestors' IDs are added here), and
+    ``immutable`` the columns a replay of a create must repeat.
+    """
+
+    def __init__(
+        self,
+        *,
+        columns: Callable[[Declaration], Iterable[str]],
+        immutable: Callable[[Declaration], tuple[str, ...]],
+    ) -> None:
         self._resources: dict[str, Resource] = {}
+        self._columns = columns
+        self._immutable = immutable
 
-    def register(self, resource: Resource) -> Resource:
-        """Add ``resource`` (its parent must be registered already); return it.
+    def declare(self, declaration: Declaration, table: Table) -> Resource:
+        """Register ``declaration``'s resource, held in ``table``; return it.
 
-        :raise ValueError: its key or path variable is taken, or its parent unknown here.
+        :raise DeclarationMismatch: the table's columns are not the declared fields and this service's own.
+        :raise ValueError: its parent is not registered here, or its key is taken.
         """
-        if resource.key in self._resources:
-            raise ValueError(f"a resource {resource.key!r} is registered already")
-        if resource.parent is not None and self._resources.get(resource.parent.key) is not resource.parent:
-            raise ValueError(f"register {resource.parent.key!r} before its child {resource.key!r}")
-        variables = [ancestor.path_variable for ancestor in resource.ancestors]
-        if resource.path_variable in variables:
-            raise ValueError(f"{resource.key!r} and an ancestor share the path variable {resource.path_variable!r}")
-        if resource.parent is not None:
-            resource.parent.children.append(resource)
+        parent = None
+        if declaration.parent is not None:
+            parent = self._resources.get(declaration.parent.key)
+            if parent is None or parent.declaration is not declaration.parent:
+                raise ValueError(f"define the model of {declaration.parent.key!r} before its child {declaration.key!r}")
+        if declaration.key in self._resources:
+            raise ValueError(f"a resource {declaration.key!r} is registered already")
+        if declaration.path_variable in [ancestor.path_variable for ancestor in declaration.ancestors]:
+            raise ValueError(f"{declaration.key!r} and an ancestor share the path variable {declaration.path_variable!r}")
+        own = [*self._columns(declaration), *(ancestor.id_column for ancestor in declaration.ancestors)]
+        declaration.check_columns(table.name, table.c.keys(), own)
+        resource = Resource(declaration, table, immutable=self._immutable(declaration), parent=parent)
+        if parent is not None:
+            parent.children.append(resource)
         self._resources[resource.key] = resource
         return resource
 
@@ -201,8 +185,24 @@ class Registry:
         return [resource for resource in self if resource.parent is None]
 
 
+def registering(registry: Registry) -> type:
+    """A mixin for a service's declarative base: a model class defined with
+    ``declares=<Declaration>`` registers its resource in ``registry`` as it is defined.
+
+    :raise DeclarationMismatch: (while the model is defined) its columns disagree with the declaration.
+    """
+
+    class Registering:
+        def __init_subclass__(cls, declares: Declaration | None = None, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)  # the ORM maps the class, and so makes its table
+            if declares is not None:
+                registry.declare(declares, cls.__table__)
+
+    return Registering
+
+
 def load_resource_modules(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Import the modules ``RESOURCE_MODULES`` names, each registering resources of its own; return their names.
+    """Import the modules ``RESOURCE_MODULES`` names, each defining resources of its own; return their names.
 
     Called once at start-up by every command, before an app or a reconciler
     is built, so the added resources are served, pushed and repaired like

@@ -13,7 +13,6 @@ from typing import Any
 import marshmallow as ma
 from marshmallow import fields, validate
 
-from shared.openapi import NO_NUL, FullMatch
 
 
 class InputSchema(ma.Schema):
@@ -44,7 +43,9 @@ class ObjectId(fields.UUID):
 
 
 class StrictInteger(fields.Integer):
-    """An integer that refuses strings, floats and booleans."""
+    """An integer that refuses strings, floats and booleans (written out as any integer)."""
+
+    dumped_as = fields.Integer
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(strict=True, **kwargs)
@@ -56,7 +57,9 @@ class StrictInteger(fields.Integer):
 
 
 class Text(fields.String):
-    """A string PostgreSQL can store: no NUL character, no lone surrogate."""
+    """A string PostgreSQL can store: no NUL character, no lone surrogate (written out as any string)."""
+
+    dumped_as = fields.String
 
     default_error_messages = {
         "nul": "Must not contain the NUL character.",
@@ -151,40 +154,3 @@ def page_schema(item_schema: type[ma.Schema], name: str) -> type[ma.Schema]:
             "next_after": fields.UUID(allow_none=True, metadata={"description": "Pass as 'after' for the next page"}),
         },
     )
-
-
-# The fields of the two resources, as both services validate them: the public
-# body platform_svc accepts is exactly what it later sends to cluster_svc.
-REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1")
-PLANS = ("hobby-0", "standard-2", "standard-4", "memory-8")
-
-# Portable (ECMA-262) in the document; matched against the whole string, so a
-# trailing newline is refused as well.
-CLUSTER_NAME = FullMatch(r"^[a-z0-9-]{1,63}$", error="Must be 1 to 63 characters of a-z, 0-9 and '-'.")
-
-
-def description_field(**kwargs: Any) -> Text:
-    """A free-text description: at most 255 characters, no NUL."""
-    return Text(validate=validate.Length(max=255), metadata={"pattern": NO_NUL}, **kwargs)
-
-
-class ClusterMutableFields(InputSchema):
-    name = Text(required=True, validate=CLUSTER_NAME)
-    plan = fields.String(required=True, validate=validate.OneOf(PLANS))
-    storage_gb = StrictInteger(required=True, validate=validate.Range(10, 4096))
-
-
-class ClusterFields(ClusterMutableFields):
-    region = fields.String(required=True, validate=validate.OneOf(REGIONS))
-    postgres_version = StrictInteger(required=True, validate=validate.Range(14, 17))
-
-
-class FirewallRuleMutableFields(InputSchema):
-    # No default here: this is also the PATCH body, where a default would make a
-    # generated client send "" for a field its caller never set.
-    description = description_field()
-
-
-class FirewallRuleFields(FirewallRuleMutableFields):
-    description = description_field(load_default="")
-    cidr = IPNetwork(required=True)

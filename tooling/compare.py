@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
-from platform_svc.content import OWNER, owned
-from platform_svc.resources import RESOURCES
+from platform_svc.content import owned
+from platform_svc.models import RESOURCES
 from shared.horizon import Horizon
 
 
@@ -40,10 +40,11 @@ def compared() -> tuple[Compared, ...]:
     """
     kinds = []
     for resource in RESOURCES:
-        owner = (("account_id", OWNER),) if resource.parent is None else ()
-        names = [*resource.scope_columns, *sorted(owned(resource) - {OWNER}), "generation"]
+        owner = resource.declaration.owner
+        owner_columns = (("account_id", owner),) if owner else ()
+        names = [*resource.scope_columns, *sorted(owned(resource) - {owner}), "generation"]
         parent = None if resource.parent is None else (resource.parent_column, resource.parent.table.name)
-        kinds.append(Compared(resource.table.name, (*owner, *((name, name) for name in names)), parent))
+        kinds.append(Compared(resource.table.name, (*owner_columns, *((name, name) for name in names)), parent))
     return tuple(kinds)
 
 

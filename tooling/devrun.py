@@ -29,8 +29,8 @@ ROOT = Path.cwd()
 DEV = ROOT / ".dev"
 # (database URL variable, database name, console script that migrates it)
 SERVICES = [
-    ("CLUSTER_DATABASE_URL", "cluster", "cluster-svc"),
-    ("PLATFORM_DATABASE_URL", "platform", "platform-svc"),
+    ("CLUSTER_DATABASE_URL", "cluster_svc", "cluster-svc"),
+    ("PLATFORM_DATABASE_URL", "platform_svc", "platform-svc"),
 ]
 # (variable the Procfile reads, default)
 PORTS = [("PLATFORM_PORT", "8000"), ("CLUSTER_PORT", "8001"), ("RECONCILER_METRICS_PORT", "8002")]
@@ -146,7 +146,7 @@ def _write_env_file(env: dict[str, str]) -> None:
 
 
 def _print_welcome(env: dict[str, str]) -> None:
-    platform, cluster = f"http://127.0.0.1:{env['PLATFORM_PORT']}", env["CLUSTER_SVC_URL"]
+    platform, internal = f"http://127.0.0.1:{env['PLATFORM_PORT']}", env["CLUSTER_SVC_URL"]
     exports = "\n".join(
         f"    export {var}=" + ('"$(cat .dev/internal_token)"' if var == "INTERNAL_TOKEN" else shlex.quote(env[var]))
         for var in EXPORTS
@@ -154,12 +154,12 @@ def _print_welcome(env: dict[str, str]) -> None:
     print(
         f"""
 platform_svc {platform}   (public API; docs at /docs)
-cluster_svc  {cluster}   (internal; token in .dev/internal_token)
+cluster_svc  {internal}   (internal; token in .dev/internal_token)
 reconciler   pushes whatever cluster_svc has not confirmed (and purges the platform's expired deleted rows hourly)
 purge        removes cluster_svc's tombstones past the ID horizon (ID_HORIZON_SECONDS, 30 days), hourly
 
 Metrics (Prometheus text format):
-  {platform}/metrics and {cluster}/metrics need the internal token:
+  {platform}/metrics and {internal}/metrics need the internal token:
     curl -H "Authorization: Bearer $(cat .dev/internal_token)" {platform}/metrics
   http://127.0.0.1:{env['RECONCILER_METRICS_PORT']}/metrics   the reconciler's (loopback only, no token)
   /readyz on either service says whether its database answers; LOG_FORMAT=json for JSON logs.
@@ -171,9 +171,7 @@ which is the same as
 then:
   .venv/bin/platform-svc create-account demo        # prints an API key, once
   export API_KEY=<the key>
-  curl -H "Authorization: Bearer $API_KEY" -H "Content-Type: application/json" \\
-       -d '{{"name":"main-db","region":"eu-west-1","postgres_version":16,"plan":"standard-2","storage_gb":100}}' \\
-       {platform}/v1/clusters
+and go on with the README's walkthrough ("The public flow"), or try the API from {platform}/docs.
 Ctrl-C stops everything.
 """,
         flush=True,

@@ -65,7 +65,7 @@ PATRONI_RETRY_TIMEOUT = 3
 # still take over. platform: the synchronous standby never is behind what was
 # acknowledged; 1 MB is Patroni's default. cluster: any lag, so a failover happens
 # even when it loses commits (repair brings them back).
-MAX_LAG = {"platform": 1024 * 1024, "cluster": 1024**3}
+MAX_LAG = {"platform_svc": 1024 * 1024, "cluster_svc": 1024**3}
 # HAProxy's checks: every 500 ms; a server is down after 2 failed checks, up after 1 good one.
 CHECK = "inter 500ms fall 2 rise 1"
 SERVICE_WORKERS = 1  # gunicorn workers per replica: 4 replicas share 2 cores here
@@ -167,31 +167,31 @@ def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, poll: f
 class Node:
     """One Patroni member: a patroni process and the PostgreSQL it runs."""
 
-    def __init__(self, cluster: PatroniCluster, index: int, ports: Ports) -> None:
-        self.cluster = cluster
-        self.name = f"{cluster.name}-{index}"
+    def __init__(self, database: PatroniCluster, index: int, ports: Ports) -> None:
+        self.database = database
+        self.name = f"{database.name}-pg{index}"
         self.pg_port = ports[f"{self.name} postgres"]
         self.rest_port = ports[f"{self.name} patroni"]
         self.rest_url = f"http://127.0.0.1:{self.rest_port}"
-        self.dir = cluster.workdir / self.name
+        self.dir = database.workdir / self.name
         self.data_dir = self.dir / "data"
         self.process: Process | None = None
 
     def config(self) -> dict[str, Any]:
-        cluster = self.cluster
+        database = self.database
         return {
-            "scope": cluster.name,
+            "scope": database.name,
             "namespace": "/ha/",
             "name": self.name,
             "restapi": {"listen": f"127.0.0.1:{self.rest_port}", "connect_address": f"127.0.0.1:{self.rest_port}"},
-            "etcd3": {"host": cluster.etcd},
+            "etcd3": {"host": database.etcd},
             "bootstrap": {
                 "dcs": {
                     "ttl": PATRONI_TTL,
                     "loop_wait": PATRONI_LOOP_WAIT,
                     "retry_timeout": PATRONI_RETRY_TIMEOUT,
-                    "maximum_lag_on_failover": MAX_LAG[cluster.name],
-                    "synchronous_mode": cluster.synchronous,
+                    "maximum_lag_on_failover": MAX_LAG[database.name],
+                    "synchronous_mode": database.synchronous,
                     "postgresql": {
                         "use_pg_rewind": True,
                         "use_slots": True,
@@ -216,8 +216,8 @@ class Node:
                 "pgpass": str(self.dir / "pgpass"),
                 "remove_data_directory_on_rewind_failure": True,
                 "authentication": {
-                    "superuser": {"username": "postgres", "password": cluster.password},
-                    "replication": {"username": "replicator", "password": cluster.replication_password},
+                    "superuser": {"username": "postgres", "password": database.password},
+                    "replication": {"username": "replicator", "password": database.replication_password},
                 },
                 "parameters": {"unix_socket_directories": str(self.dir)},
                 "pg_hba": [
@@ -237,7 +237,7 @@ class Node:
         config.write_text(json.dumps(self.config(), indent=2))  # JSON is YAML: no YAML library needed
         config.chmod(0o644)
         env = {"HOME": str(self.dir), "PATH": f"{PG_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        self.process = Process(self.name, [str(PATRONI), str(config)], self.cluster.workdir / f"{self.name}.log",
+        self.process = Process(self.name, [str(PATRONI), str(config)], self.database.workdir / f"{self.name}.log",
                                env=env, user="postgres", cwd=self.dir)
         return self
 
@@ -399,17 +399,17 @@ class Topology:
         # The ports a user reaches first come first (docs/scale-out.md lists them from 8100).
         for name in ("public API (haproxy)", "internal API (haproxy)", "haproxy stats",
                      *(f"reconciler-{i} metrics" for i in range(reconcilers)), "etcd", "etcd peer",
-                     "platform database (haproxy)", "cluster database (haproxy)", "platform pgbouncer",
-                     "cluster pgbouncer"):
+                     "platform_svc database (haproxy)", "cluster_svc database (haproxy)", "platform_svc pgbouncer",
+                     "cluster_svc pgbouncer"):
             self.ports[name]
         self.public_url = f"http://127.0.0.1:{self.ports['public API (haproxy)']}"
         self.internal_url = f"http://127.0.0.1:{self.ports['internal API (haproxy)']}"
         self.stats_url = f"http://127.0.0.1:{self.ports['haproxy stats']}/"
         self.reconciler_ports = [self.ports[f"reconciler-{i} metrics"] for i in range(reconcilers)]
         self.etcd_url = f"127.0.0.1:{self.ports['etcd']}"
-        self.clusters = {
-            "platform": PatroniCluster("platform", workdir, self.ports, self.etcd_url, synchronous=True),
-            "cluster": PatroniCluster("cluster", workdir, self.ports, self.etcd_url, synchronous=False),
+        self.databases = {
+            "platform_svc": PatroniCluster("platform_svc", workdir, self.ports, self.etcd_url, synchronous=True),
+            "cluster_svc": PatroniCluster("cluster_svc", workdir, self.ports, self.etcd_url, synchronous=False),
         }
         self.platform_ports = [self.ports[f"platform_svc-{i}"] for i in range(replicas)]
         self.cluster_ports = [self.ports[f"cluster_svc-{i}"] for i in range(replicas)]
@@ -439,13 +439,13 @@ class Topology:
         (self.workdir / "tmp").mkdir(exist_ok=True)
         progress("etcd")
         self._start_etcd()
-        progress("PostgreSQL: two Patroni clusters of two nodes (initdb, then a standby cloned from each primary)")
-        nodes = [node for cluster in self.clusters.values() for node in cluster.nodes]
+        progress("PostgreSQL: two Patroni-managed databases of two nodes (initdb, then a standby cloned from each primary)")
+        nodes = [node for database in self.databases.values() for node in database.nodes]
         self._stack.callback(_in_parallel, [node.stop for node in nodes])
         for node in nodes:
             node.start()
         with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda cluster: cluster.wait_healthy(), self.clusters.values()))
+            list(pool.map(lambda database: database.wait_healthy(), self.databases.values()))
         progress("HAProxy")
         self._start_haproxy()
         progress("databases, migrations, PgBouncer")
@@ -484,15 +484,15 @@ class Topology:
         self.haproxy = Process("haproxy", ["haproxy", "-db", "-f", str(config)], self.workdir / "haproxy.log")
         self._stack.callback(self.haproxy.stop)
         wait_for(lambda: requests.get(self.stats_url + ";csv", timeout=1).ok, timeout=30, what="HAProxy")
-        for cluster in self.clusters.values():
-            self.wait_routed(cluster)
+        for database in self.databases.values():
+            self.wait_routed(database)
 
-    def wait_routed(self, cluster: PatroniCluster, timeout: float = 60) -> Node:
+    def wait_routed(self, database: PatroniCluster, timeout: float = 60) -> Node:
         """Until HAProxy sends ``cluster``'s connections to its primary only (a server starts as
         up, before its first checks), and that node."""
-        leader = cluster.leader()
-        wait_for(lambda: self.haproxy_up(f"{cluster.name}_db") == [leader.name], timeout=timeout,
-                 what=f"HAProxy's {cluster.name}_db on {leader.name} alone")
+        leader = database.leader()
+        wait_for(lambda: self.haproxy_up(f"{database.name}_db") == [leader.name], timeout=timeout,
+                 what=f"HAProxy's {database.name}_db on {leader.name} alone")
         return leader
 
     def haproxy_config(self) -> str:
@@ -515,21 +515,21 @@ class Topology:
             "    stats uri /",
             "    stats refresh 2s",
         ]
-        for cluster in self.clusters.values():
+        for database in self.databases.values():
             # A connection goes to the node whose Patroni says it is the primary; when a
             # node stops being it, its connections are cut at once (on-marked-down).
             lines += [
-                f"listen {cluster.name}_db",
+                f"listen {database.name}_db",
                 "    mode tcp",
                 "    option tcplog",
-                f"    bind 127.0.0.1:{cluster.frontend_port}",
+                f"    bind 127.0.0.1:{database.frontend_port}",
                 "    option httpchk",
                 "    http-check send meth GET uri /primary",
                 "    http-check expect status 200",
                 f"    default-server {CHECK} on-marked-down shutdown-sessions",
             ]
             lines += [f"    server {node.name} 127.0.0.1:{node.pg_port} check port {node.rest_port}"
-                      for node in cluster.nodes]
+                      for node in database.nodes]
         for name, port, replicas in (("platform_svc", self.ports["public API (haproxy)"], self.platform_ports),
                                      ("cluster_svc", self.ports["internal API (haproxy)"], self.cluster_ports)):
             # /healthz (the process answers), not /readyz: while the database fails over,
@@ -573,17 +573,17 @@ class Topology:
 
     def _prepare_databases(self) -> None:
         env = {}
-        for name, cluster in self.clusters.items():
-            direct = embedded_pg.ensure_database(cluster.url, name)
+        for name, database in self.databases.items():
+            direct = embedded_pg.ensure_database(database.url, name)
             self.direct_urls[name] = direct
             env[f"{name.upper()}_DATABASE_URL"] = direct
         migrate_databases({**os.environ, **env})
-        for name in self.clusters:
+        for name in self.databases:
             self.database_urls[name] = self._pooled(name, self.direct_urls[name])
 
     def _pooled(self, name: str, url: str) -> str:
         """``url`` through a PgBouncer in transaction mode of its own, in front of HAProxy's frontend."""
-        bouncer = PgBouncer(self.clusters[name].url, self.workdir / f"pgbouncer-{name}",
+        bouncer = PgBouncer(self.databases[name].url, self.workdir / f"pgbouncer-{name}",
                             port=self.ports[f"{name} pgbouncer"])
         self._stack.enter_context(bouncer)
         return bouncer.url(url)
@@ -592,8 +592,8 @@ class Topology:
 
     def service_env(self) -> dict[str, str]:
         return {
-            "PLATFORM_DATABASE_URL": self.database_urls["platform"],
-            "CLUSTER_DATABASE_URL": self.database_urls["cluster"],
+            "PLATFORM_DATABASE_URL": self.database_urls["platform_svc"],
+            "CLUSTER_DATABASE_URL": self.database_urls["cluster_svc"],
             "CLUSTER_SVC_URL": self.internal_url,
             "INTERNAL_TOKEN": self.token,
             "TMPDIR": str(self.workdir / "tmp"),
@@ -658,17 +658,17 @@ class Topology:
         from tooling.pair import Pair
 
         return Pair.served(public_url=self.public_url, internal_url=self.internal_url, token=self.token,
-                           platform_db_url=self.direct_urls["platform"], cluster_db_url=self.direct_urls["cluster"],
+                           platform_db_url=self.direct_urls["platform_svc"], cluster_db_url=self.direct_urls["cluster_svc"],
                            workdir=self.workdir, env=self.service_env())
 
     # -- what it prints ------------------------------------------------------------
 
     def describe(self) -> str:
-        rest = "\n".join(f"  {node.name:<11} {node.rest_url}   (GET /patroni, /cluster, /primary)"
-                         for cluster in self.clusters.values() for node in cluster.nodes)
-        pg = "\n".join(f"  {name + '_db':<11} {cluster.url.replace(cluster.password, '***')}   "
+        rest = "\n".join(f"  {node.name:<15} {node.rest_url}   (Patroni's REST API)"
+                         for database in self.databases.values() for node in database.nodes)
+        pg = "\n".join(f"  {name + '_db':<15} {database.url.replace(database.password, '***')}   "
                        f"(PgBouncer: 127.0.0.1:{self.ports[f'{name} pgbouncer']})"
-                       for name, cluster in self.clusters.items())
+                       for name, database in self.databases.items())
         reconcilers = "\n".join(f"  http://127.0.0.1:{port}/metrics   reconciler-{i} (sync_repair_leader, ...)"
                                 for i, port in enumerate(self.reconciler_ports))
         return f"""
@@ -692,8 +692,8 @@ Ctrl-C stops everything.
 
         path = self.workdir / "env"
         exports = {**{k: v for k, v in self.service_env().items() if k != "TMPDIR"},
-                   "PLATFORM_ADMIN_URL": self.clusters["platform"].url,
-                   "CLUSTER_ADMIN_URL": self.clusters["cluster"].url}
+                   "PLATFORM_ADMIN_URL": self.databases["platform_svc"].url,
+                   "CLUSTER_ADMIN_URL": self.databases["cluster_svc"].url}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()))

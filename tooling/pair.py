@@ -36,7 +36,7 @@ from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from platform_svc.resources import RESOURCES
+from platform_svc.models import RESOURCES
 from shared.config import id_horizon_seconds
 from shared.horizon import Horizon
 from tooling.compare import Comparison, compare
@@ -106,11 +106,9 @@ class PublicApi:
         self.pair.tally.record(response.status_code)
         return response
 
-    def create_cluster(self, body: dict[str, Any]) -> dict[str, Any]:
-        return expect(self.call("POST", "/v1/clusters", json=body), 201)
-
-    def create_rule(self, cluster_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        return expect(self.call("POST", f"/v1/clusters/{cluster_id}/firewall-rules", json=body), 201)
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to the collection at ``path`` (under the public API's root): the object created."""
+        return expect(self.call("POST", path, json=body), 201)
 
     def close(self) -> None:
         with self._lock:
@@ -409,17 +407,15 @@ class Pair:
 
     def pending(self) -> tuple[int, float]:
         """Rows still pending, and the seconds until the soonest may be pushed again."""
+        due = " UNION ALL ".join(
+            f"SELECT next_attempt_at, lease_until FROM {resource.table.name} WHERE sync_state = 'pending'"
+            for resource in RESOURCES
+        )
         with self.platform_engine.connect() as conn:
             count, due_in = conn.execute(
                 text(
-                    """
-                    SELECT count(*),
-                           EXTRACT(EPOCH FROM min(greatest(next_attempt_at, coalesce(lease_until, next_attempt_at)))
-                                              - now())
-                    FROM (SELECT next_attempt_at, lease_until FROM clusters WHERE sync_state = 'pending'
-                          UNION ALL
-                          SELECT next_attempt_at, lease_until FROM firewall_rules WHERE sync_state = 'pending') AS due
-                    """
+                    "SELECT count(*), EXTRACT(EPOCH FROM min(greatest(next_attempt_at,"
+                    f" coalesce(lease_until, next_attempt_at))) - now()) FROM ({due}) AS due"
                 )
             ).one()
         return count, float(due_in or 0)
@@ -562,8 +558,8 @@ def start_pair(server_url: str, workdir: Path, *, cluster_server_url: str | None
     """A started pair on two fresh, migrated databases of ``server_url`` (cluster_svc's on
     ``cluster_server_url`` if given); ``options``: see :class:`Pair`. Stop it."""
     pair = Pair(
-        cluster_db_url=fresh_database(cluster_server_url or server_url, "cluster", migrations=CLUSTER_MIGRATIONS),
-        platform_db_url=fresh_database(server_url, "platform", migrations=PLATFORM_MIGRATIONS),
+        cluster_db_url=fresh_database(cluster_server_url or server_url, "cluster_svc", migrations=CLUSTER_MIGRATIONS),
+        platform_db_url=fresh_database(server_url, "platform_svc", migrations=PLATFORM_MIGRATIONS),
         workdir=workdir,
         **options,
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.schemas import PLANS, REGIONS
+from shared.contract import PLANS, REGIONS
 from tooling import embedded_pg
 from tooling.pair import PublicApi, expect
 
@@ -76,6 +76,11 @@ def cluster_body(rng: random.Random, index: int) -> dict[str, Any]:
         "plan": rng.choice(PLANS),
         "storage_gb": rng.randint(10, 4096),
     }
+
+
+def rules_path(cluster_id: str) -> str:
+    """The public collection of a cluster's firewall rules."""
+    return f"/v1/clusters/{cluster_id}/firewall-rules"
 
 
 def rule_body(rng: random.Random) -> dict[str, Any]:

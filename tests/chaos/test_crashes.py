@@ -75,7 +75,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
 
     def create(body):
         gate.enter()
-        return api.create_cluster(body)
+        return api.create("/v1/clusters", body)
 
     def run_to(share: float) -> None:
         """Let the burst run until ``share`` of it has finished."""
@@ -115,7 +115,7 @@ def test_crashes_during_a_burst_of_creates_converge_exactly(pair, cluster_pg, sc
     # platform_svc dies after committing two creates, while their pushes are held.
     never_forwarded = pair.proxy.hold(method="POST", path="/v1/clusters")
     forwarded_late = pair.proxy.hold(method="POST", path="/v1/clusters")
-    lost = Burst([partial(api.create_cluster, cluster_body(rng, total + i)) for i in range(2)], threads=2).start()
+    lost = Burst([partial(api.create, "/v1/clusters", cluster_body(rng, total + i)) for i in range(2)], threads=2).start()
     held = [never_forwarded.wait_held(timeout=30), forwarded_late.wait_held(timeout=30)]
     for request in held:  # committed before the push: intent is durable
         row = pair.platform_row("clusters", request.object_id)

@@ -35,6 +35,7 @@ from tooling.testing import (
 )
 from tests.chaos.conftest import running_pair, seed_for
 from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
+from tests.chaos.harness import rules_path
 from tooling.pair import TOKEN, Mark, Pair, PublicApi
 
 PROBLEM = "application/problem+json"
@@ -87,10 +88,10 @@ def world(pair, pg_server_url):
     mark = pair.mark()
     a, b = pair.account("hostile-a"), pair.account("hostile-b")
     body = {"name": "target", "region": "eu-west-1", "postgres_version": 16, "plan": "hobby-0", "storage_gb": 10}
-    a_cluster = a.create_cluster(body)["id"]
-    a_rule = a.create_rule(a_cluster, {"cidr": "10.0.0.0/8", "description": "a's"})["id"]
-    b_cluster = b.create_cluster(body)["id"]
-    b_rule = b.create_rule(b_cluster, {"cidr": "10.0.0.0/8", "description": "b's"})["id"]
+    a_cluster = a.create("/v1/clusters", body)["id"]
+    a_rule = a.create(rules_path(a_cluster), {"cidr": "10.0.0.0/8", "description": "a's"})["id"]
+    b_cluster = b.create("/v1/clusters", body)["id"]
+    b_rule = b.create(rules_path(b_cluster), {"cidr": "10.0.0.0/8", "description": "b's"})["id"]
     fuzzed_db = fresh_database(pg_server_url, "chaos_fuzzed", migrations=CLUSTER_MIGRATIONS)
     fuzzed = LiveServer(
         [console_script("cluster-svc"), "serve", "--workers", "1", "--threads", "4"],
@@ -374,7 +375,7 @@ def test_sql_in_free_text_is_stored_verbatim_and_harms_nothing(world):
     text = "'); DELETE FROM firewall_rules; DROP TABLE clusters; --"
     before = world.snapshot()
 
-    rule = world.a.create_rule(world.a_cluster, {"cidr": "192.168.0.0/16", "description": text})
+    rule = world.a.create(rules_path(world.a_cluster), {"cidr": "192.168.0.0/16", "description": text})
 
     assert rule["description"] == text and rule["sync_state"] == "synced"
     assert world.pair.cluster_row("firewall_rules", rule["id"])["description"] == text

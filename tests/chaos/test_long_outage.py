@@ -52,7 +52,7 @@ def backlog(pair) -> tuple[int, int, float, int]:
 def test_a_long_outage_fails_nothing_and_recovery_drains_at_once(pair, scale, rng, figures):
     api = pair.account("outage")
     mark = pair.mark()
-    before = [api.create_cluster(cluster_body(rng, i)) for i in range(10)]
+    before = [api.create("/v1/clusters", cluster_body(rng, i)) for i in range(10)]
     with pair.reconciler("--concurrency", "4"):
         pair.kill_cluster_svc()
         down_at = time.monotonic()
@@ -65,7 +65,7 @@ def test_a_long_outage_fails_nothing_and_recovery_drains_at_once(pair, scale, rn
                 call = partial(api.call, "PATCH", f"/v1/clusters/{target['id']}", json={"storage_gb": 10 + n})
                 calls.append(paced(lambda call=call: expect(call(), 200), at))
             else:
-                calls.append(paced(partial(api.create_cluster, cluster_body(rng, 100 + n)), at))
+                calls.append(paced(partial(api.create, "/v1/clusters", cluster_body(rng, 100 + n)), at))
         for target in before[5:8]:
             calls.append(paced(lambda target=target: expect(api.call("DELETE", f"/v1/clusters/{target['id']}"), 202), down_at))
         written = Burst(calls, threads=4).start().results(timeout=scale.outage_seconds + 300)

@@ -13,7 +13,7 @@ from functools import partial
 from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, rule_body, run_all
+from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
 
@@ -23,9 +23,9 @@ def test_creates_whose_answers_are_lost_exist_exactly_once_downstream(pair, scal
     mark = pair.mark()
     pair.proxy.plan = Plan(seed_for("lost responses"), RATES)
 
-    clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(scale.creates)], scale.threads)
+    clusters = run_all([partial(api.create, "/v1/clusters", cluster_body(rng, i)) for i in range(scale.creates)], scale.threads)
     assert not [c for c in clusters if isinstance(c, BaseException)]
-    rules = run_all([partial(api.create_rule, c["id"], rule_body(rng)) for c in clusters[::3]], scale.threads)
+    rules = run_all([partial(api.create, rules_path(c["id"]), rule_body(rng)) for c in clusters[::3]], scale.threads)
     assert not [r for r in rules if isinstance(r, BaseException)]
     left_pending = sum(1 for created in clusters + rules if created["sync_state"] != "synced")
     pair.converge()

@@ -32,10 +32,12 @@ import pytest
 from sqlalchemy import text
 
 from shared.counters import REPAIR_FINDINGS
-from shared.schemas import PLANS
+from shared.contract import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import REPAIR_INTERVAL, Burst, cluster_body, dump_partway, in_turn, rule_body, run_all
+from tests.chaos.harness import (
+    REPAIR_INTERVAL, Burst, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all,
+)
 from tooling import embedded_pg
 from tooling.compare import compared
 from tooling.pair import PublicApi, expect
@@ -139,8 +141,8 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
 ):
     api = pair.account("platform-restore")
     n = scale.objects
-    clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(n)], scale.threads)
-    rules = run_all([partial(api.create_rule, c["id"], rule_body(rng)) for c in clusters[::3]], scale.threads)
+    clusters = run_all([partial(api.create, "/v1/clusters", cluster_body(rng, i)) for i in range(n)], scale.threads)
+    rules = run_all([partial(api.create, rules_path(c["id"]), rule_body(rng)) for c in clusters[::3]], scale.threads)
     pair.converge()
     assert pair.compare().exact
 

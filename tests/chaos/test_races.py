@@ -18,7 +18,7 @@ import pytest
 
 from tooling.faultproxy import Fault
 from tests.chaos.convergence import read_audit, scenario_figures, updates_of
-from tests.chaos.harness import Burst, cluster_body, rule_body
+from tests.chaos.harness import Burst, cluster_body, rule_body, rules_path
 from tooling.pair import expect
 
 
@@ -50,7 +50,7 @@ def test_a_create_released_after_a_delete_of_its_id_answers_410_and_resurrects_n
     pair, api, ledger, rng, figures
 ):
     mark = pair.mark()
-    create = partial(api.create_cluster, cluster_body(rng, 0))
+    create = partial(api.create, "/v1/clusters", cluster_body(rng, 0))
     hold, creating = held_push(pair, create, method="POST", path="/v1/clusters")
     [created] = creating.results()  # the inline push gave up: the platform answers "pending"
     cluster_id = created["id"]
@@ -72,7 +72,7 @@ def test_a_create_released_after_a_delete_of_its_id_answers_410_and_resurrects_n
 
 
 def test_a_stale_update_released_after_a_newer_one_changes_nothing(pair, api, ledger, rng, figures):
-    cluster = api.create_cluster(cluster_body(rng, 1))
+    cluster = api.create("/v1/clusters", cluster_body(rng, 1))
     assert cluster["sync_state"] == "synced"
     mark = pair.mark()
     path = f"/v1/clusters/{cluster['id']}"
@@ -102,10 +102,10 @@ def test_a_stale_update_released_after_a_newer_one_changes_nothing(pair, api, le
 
 
 def test_a_rule_create_released_after_its_cluster_was_deleted_answers_410(pair, api, ledger, rng, figures):
-    cluster = api.create_cluster(cluster_body(rng, 2))
+    cluster = api.create("/v1/clusters", cluster_body(rng, 2))
     mark = pair.mark()
     rules = f"/v1/clusters/{cluster['id']}/firewall-rules"
-    hold, creating = held_push(pair, partial(api.create_rule, cluster["id"], rule_body(rng)), method="POST", path=rules)
+    hold, creating = held_push(pair, partial(api.create, rules_path(cluster["id"]), rule_body(rng)), method="POST", path=rules)
     [rule] = creating.results()
     assert rule["sync_state"] == "pending"
 
@@ -135,15 +135,15 @@ def test_a_rule_push_answered_410_after_its_cluster_was_deleted_leaves_the_rule_
     Both users' actions are legitimate and the platform's wish (the rule deleted)
     is exactly what cluster_svc holds, so the rule must end synced, not failed.
     """
-    cluster = api.create_cluster(cluster_body(rng, 3))
+    cluster = api.create("/v1/clusters", cluster_body(rng, 3))
     rules = f"/v1/clusters/{cluster['id']}/firewall-rules"
     mark = pair.mark()
     if push == "create":
         pair.proxy.add_rule(Fault.RESET, method="POST", path=rules, times=3)  # the inline push fails
-        rule = api.create_rule(cluster["id"], rule_body(rng))
+        rule = api.create(rules_path(cluster["id"]), rule_body(rng))
         hold = pair.proxy.hold(method="POST", path=rules)
     else:
-        rule = api.create_rule(cluster["id"], rule_body(rng))
+        rule = api.create(rules_path(cluster["id"]), rule_body(rng))
         pair.proxy.add_rule(Fault.RESET, method="PUT", object_id=rule["id"], times=3)
         rule = expect(api.call("PATCH", f"{rules}/{rule['id']}", json={"description": "changed"}), 200)
         hold = pair.proxy.hold(method="PUT", object_id=rule["id"])

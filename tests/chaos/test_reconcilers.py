@@ -21,13 +21,15 @@ import requests
 from sqlalchemy import text
 
 from platform_svc import services
-from platform_svc.resources import CLUSTER as CLUSTERS, FIREWALL_RULE as FIREWALL_RULES
+from platform_svc.models import RESOURCES
 from shared.db import Database
 from tooling.faultproxy import Fault, Plan
 from tests.chaos.conftest import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body
 from tooling.pair import TOKEN
+
+CLUSTERS, FIREWALL_RULES = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 
 RATES = {Fault.DROP_RESPONSE: 0.1, Fault.RESET: 0.05}
 BATCH = 10  # creates per batch call in the lost-answer scenario

@@ -19,10 +19,10 @@ from functools import partial
 
 import pytest
 
-from shared.schemas import PLANS
+from shared.contract import PLANS
 from tests.chaos.conftest import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import REPAIR_INTERVAL, cluster_body, dump_partway, in_turn, rule_body, run_all
+from tests.chaos.harness import REPAIR_INTERVAL, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all
 from tooling import embedded_pg
 
 # What a restore of cluster_svc's database may show (never ahead or diverged: the platform holds the newer state).
@@ -43,8 +43,8 @@ def cluster_changes(rng: random.Random) -> dict:
 def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state(pair, scale, rng, figures):
     api = pair.account("restore")
     n = scale.objects
-    clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(n)], scale.threads)
-    rules = run_all([partial(api.create_rule, c["id"], rule_body(rng)) for c in clusters[::3]], scale.threads)
+    clusters = run_all([partial(api.create, "/v1/clusters", cluster_body(rng, i)) for i in range(n)], scale.threads)
+    rules = run_all([partial(api.create, rules_path(c["id"]), rule_body(rng)) for c in clusters[::3]], scale.threads)
     pair.converge()
     assert pair.compare().exact
 

@@ -27,10 +27,10 @@ import pytest
 from sqlalchemy import text
 
 from tooling.faultproxy import Fault, Plan
-from shared.schemas import PLANS
+from shared.contract import PLANS
 from tests.chaos.conftest import running_pair, seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, rule_body, run_all
+from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
 from tooling.pair import PublicApi, expect
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
@@ -71,8 +71,8 @@ def estate(pair, scale):
     """Clusters, and a firewall rule on every second one, created and synced without faults."""
     rng = random.Random(seed_for("estate"))
     api = pair.account("updates-and-deletes")
-    clusters = run_all([partial(api.create_cluster, cluster_body(rng, i)) for i in range(scale.objects)], scale.threads)
-    rules = run_all([partial(api.create_rule, c["id"], rule_body(rng)) for c in clusters[::2]], scale.threads)
+    clusters = run_all([partial(api.create, "/v1/clusters", cluster_body(rng, i)) for i in range(scale.objects)], scale.threads)
+    rules = run_all([partial(api.create, rules_path(c["id"]), rule_body(rng)) for c in clusters[::2]], scale.threads)
     pair.converge()
     assert pair.compare().exact
     return Estate(api, clusters, rules)

@@ -16,11 +16,14 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from cluster_svc.resources import CLUSTER, FIREWALL_RULE
-from cluster_svc.schemas import ClusterCreate, FirewallRuleCreate
+from cluster_svc.models import RESOURCES
+from cluster_svc.schemas import route_schemas
 from shared.horizon import Horizon
 from shared.idempotent import Outcome, create_or_return_many
 from tests.cluster_svc.conftest import cluster_body, rule_body
+
+CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
+ClusterCreate, FirewallRuleCreate = route_schemas(CLUSTER)["create"], route_schemas(FIREWALL_RULE)["create"]
 
 
 def wait_until_blocked_on_a_lock(engine, pid, timeout=10.0):

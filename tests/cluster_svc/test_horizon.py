@@ -228,8 +228,11 @@ def test_a_create_that_lands_after_a_purge_could_have_passed_its_id_is_not_commi
     from shared.db import transaction
     from shared.errors import TryAgain
     from shared.idempotent import create_or_return
-    from cluster_svc.resources import CLUSTER
-    from cluster_svc.schemas import ClusterCreate
+    from cluster_svc.models import RESOURCES
+    from cluster_svc.schemas import route_schemas
+
+    CLUSTER = RESOURCES["cluster"]
+    ClusterCreate = route_schemas(CLUSTER)["create"]
 
     born = 1_800_000_000.0
     ticks = iter([born + 999, born + 1000 + 60])  # checked just inside; landed past horizon + grace/2
@@ -271,7 +274,7 @@ def test_the_horizon_the_tombstones_are_bounded_by_is_served_beside_them(client,
 
 @pytest.mark.parametrize("table", ["clusters", "firewall_rules"])
 def test_the_tombstone_gauges_are_read_through_the_deleted_rows_index_never_the_table(engine, table):
-    from cluster_svc.resources import RESOURCES
+    from cluster_svc.models import RESOURCES
     from cluster_svc.tombstones import tombstone_stats
 
     resource = RESOURCES.by_table(table)

@@ -18,13 +18,15 @@ import pytest
 from sqlalchemy import text
 
 from cluster_svc import Settings, create_app
-from cluster_svc.resources import CLUSTER, RESOURCES
+from cluster_svc.models import RESOURCES
 from cluster_svc.tombstones import purgeable
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.purge import Purger, deleted_window, remove
 from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 from tooling.testing import assert_reads_through, console_script, db_row, uuid7_ago
+
+CLUSTER = RESOURCES["cluster"]
 
 DAY = 86400
 OLD = 31 * DAY

@@ -17,7 +17,7 @@ HELD_ALREADY = 18  # created downstream before the reconciler runs: answered 200
 
 def test_a_batch_over_the_body_limit_is_cut_and_every_rule_ends_synced(fresh_pair):
     pair = fresh_pair
-    cluster = pair.current.create_cluster(cluster_body())
+    cluster = pair.current.create("/v1/clusters", cluster_body())
     assert cluster["sync_state"] == "synced"
     description = "\N{GRINNING FACE}" * 255
     rules = [

@@ -11,10 +11,12 @@ import uuid
 from sqlalchemy import text
 
 from platform_svc.repair import read_page, requeue
-from platform_svc.resources import CLUSTER
+from platform_svc.models import RESOURCES
 from shared.db import Database
 from tests.e2e.conftest import cluster_body, wait_for
 from tooling.testing import console_script
+
+CLUSTER = RESOURCES["cluster"]
 
 
 def created(pair, path, body):

@@ -11,12 +11,14 @@ import pytest
 import requests
 
 from platform_svc import services
-from platform_svc.resources import CLUSTER, FIREWALL_RULE
+from platform_svc.models import RESOURCES
 from platform_svc.sync import Claim, Pusher, units
 from shared.client import ClientPolicy, InternalClient
 from tooling.faultproxy import FaultProxy
 from tooling.testing import StatementCounter, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
+
+CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 
 
 @pytest.fixture

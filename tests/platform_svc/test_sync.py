@@ -19,11 +19,13 @@ from sqlalchemy import text
 from platform_svc import services
 from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
 from platform_svc.recording import RetryPolicy
-from platform_svc.resources import CLUSTER, FIREWALL_RULE
+from platform_svc.models import RESOURCES
 from platform_svc.sync import Claim, Pusher, claim_due, requeue_failed
 from shared.client import Answer, ClientPolicy, InternalClient, Outcome
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
+
+CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 
 
 def due_now(engine, table, object_id):

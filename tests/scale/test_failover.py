@@ -123,7 +123,7 @@ def test_another_reconciler_leads_within_the_lease_when_the_leader_is_killed(ha)
 
 
 def test_killing_the_platform_primary_loses_no_acknowledged_write(ha):
-    cluster = ha.clusters["platform"]
+    cluster = ha.databases["platform_svc"]
     cluster.wait_healthy()  # a synchronous standby streams: only it may take over
     pair, api = account(ha, "scale platform failover")
     with Load(ha.public_url, api.api_key, clients=4) as load:
@@ -159,19 +159,19 @@ def test_killing_the_platform_primary_loses_no_acknowledged_write(ha):
 
 
 def test_repair_restores_what_the_asynchronous_failover_of_cluster_svc_lost(ha):
-    cluster = ha.clusters["cluster"]
+    cluster = ha.databases["cluster_svc"]
     cluster.wait_healthy()
     pair, api = account(ha, "scale cluster_svc failover")
     body = {"region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
     for i in range(5):
-        api.create_cluster({**body, "name": f"kept-{i}"})
+        api.create("/v1/clusters", {**body, "name": f"kept-{i}"})
     old = cluster.leader()
     walsenders = old.processes("walsender")
     assert walsenders, "the primary streams to its standby"
     for pid in walsenders:
         os.kill(pid, signal.SIGSTOP)  # the standby hears nothing more from here on
     for i in range(20):
-        api.create_cluster({**body, "name": f"late-{i}"})
+        api.create("/v1/clusters", {**body, "name": f"late-{i}"})
     wait_synced(pair)  # cluster_svc acknowledged every one: on the primary only
     killed_at = time.monotonic()
     old.kill(everything=True)

@@ -142,7 +142,7 @@ def test_request_fields_say_what_the_server_accepts(spec):
 def test_the_name_pattern_and_the_server_agree_on_a_trailing_newline():
     from marshmallow import ValidationError
 
-    from shared.schemas import CLUSTER_NAME
+    from shared.contract import CLUSTER_NAME
 
     assert CLUSTER_NAME("main-db") == "main-db"
     for refused in ("main-db\n", "main-db\r\n", "", "a" * 64, "Main"):
