@@ -63,14 +63,7 @@ def differing(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
     return sorted(name for name, value in ours.items() if name in theirs and theirs[name] != value)
 
 
-def sent(resource: Resource, row: RowMapping, operation: Any) -> dict[str, Any]:
-    """The fields a push of ``operation`` (``create`` or ``update``, or its enum) set, without id and generation."""
-    value = getattr(operation, "value", operation)
-    body = create_body(resource, row) if value == "create" else update_body(resource, row)
-    return {name: field for name, field in body.items() if name not in PLATFORM_OWNED}
-
-
-def ahead(resource: Resource, row: RowMapping, theirs: Any, operation: Any) -> int | None:
+def ahead(row: RowMapping, answer: Any) -> int | None:
     """cluster_svc's generation, when its answer to a create or update shows a state that push did not set.
 
     That is: its generation is above the one sent (a stale update, or a
@@ -81,12 +74,14 @@ def ahead(resource: Resource, row: RowMapping, theirs: Any, operation: Any) -> i
     generation is not ahead: it is what cluster_svc had (a create replayed
     onto an older copy), and the update follows.
     """
+    theirs = answer.body
     if not isinstance(theirs, Mapping) or not isinstance(theirs.get("generation"), int):
         return None
     generation = theirs["generation"]
     if generation > row["generation"]:
         return generation
-    if generation == row["generation"] and differing(sent(resource, row, operation), theirs):
+    sent = {name: value for name, value in (answer.sent or {}).items() if name not in PLATFORM_OWNED}
+    if generation == row["generation"] and differing(sent, theirs):
         return generation
     return None
 

@@ -5,7 +5,7 @@ The *recording* piece of :mod:`platform_svc.sync`. One answer decides one
 inline push, one prebuilt UPDATE per kind of change) and :func:`record_many`
 the changes of a whole unit of work (a reconciler's batch of creates) with one
 UPDATE ... FROM unnest(...), each row with its own outcome. Both keep the same
-two rules:
+three rules:
 
 - the lease is released only if it is still ours: a push that outlived it
   must not free a row another pusher has claimed since;
@@ -90,11 +90,11 @@ class Change:
     confirmed: int | None = None  # CONFIRMED: the generation cluster_svc holds
     attempts: int | None = None  # RETRY_LATER: transient failures so far
     delay: timedelta | None = None  # RETRY_LATER: until the next try
-    reason: str | None = None  # instead of the answer's own
+    reason: str | None = None  # for sync_error: the answer's, or why it confirmed nothing
 
 
-def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
-    """The change ``answer`` makes to ``row``.
+def change_for(row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
+    """The change ``answer`` makes to ``row``: the one judgement of an answer, made once by the pusher.
 
     An inline push is a bonus attempt: its transient failure leaves the row due
     at once for the reconciler, without spending one of its attempts. An
@@ -102,33 +102,30 @@ def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: Retry
     """
     if answer.outcome is Outcome.DONE:
         if row["deleted_at"] is not None:
-            return Change(DELETE_CONFIRMED)
-        theirs = ahead(resource, row, answer.body, answer.operation)
+            return Change(DELETE_CONFIRMED, reason=answer.reason)
+        theirs = ahead(row, answer)
         if theirs is not None:
             reason = (
                 f"ahead: cluster_svc holds generation {theirs} with fields this push did not set;"
                 f" pushing the platform's fields again at generation {max(row['generation'], theirs + 1)}"
             )
             return Change(AHEAD, confirmed=theirs, reason=reason)
-        return Change(CONFIRMED, confirmed=(answer.body or {}).get("generation", row["generation"]))
+        return Change(CONFIRMED, confirmed=(answer.body or {}).get("generation", row["generation"]), reason=answer.reason)
     if answer.outcome is Outcome.PERMANENT:
         # A create or update refused because the row was deleted meanwhile (a
         # 410 because its cluster was deleted, say) is judged on the row as it
         # is now: the delete is what is wanted and goes next, so the row stays
         # pending. A refused delete is a failure like any other.
-        return Change(FAILED if row["deleted_at"] is not None else FAILED_UNLESS_DELETED)
+        return Change(FAILED if row["deleted_at"] is not None else FAILED_UNLESS_DELETED, reason=answer.reason)
     if inline:
-        return Change(DUE_NOW)
+        return Change(DUE_NOW, reason=answer.reason)
     attempts = row["attempts"] + 1
-    return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts))
+    return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts), reason=answer.reason)
 
 
-def record(
-    *, db_session: Connection, resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, inline: bool
-) -> RowMapping:
+def record(*, db_session: Connection, resource: Resource, row: RowMapping, change: Change) -> RowMapping:
     """Store the outcome of one push and release the lease; return the new row."""
-    change = change_for(resource, row, answer, retry, inline=inline)
-    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": change.reason or answer.reason}
+    params: dict[str, Any] = {"b_id": row["id"], "b_lease": row["lease_until"], "b_reason": change.reason}
     if change.kind in (CONFIRMED, AHEAD):
         params["b_confirmed"] = change.confirmed
     elif change.kind == RETRY_LATER:
@@ -137,31 +134,19 @@ def record(
 
 
 def record_many(
-    *,
-    db_session: Connection,
-    resource: Resource,
-    rows: Sequence[RowMapping],
-    answers: Sequence[Answer | None],
-    retry: RetryPolicy,
-    inline: bool = False,
+    *, db_session: Connection, resource: Resource, rows: Sequence[RowMapping], changes: Sequence[Change]
 ) -> list[RowMapping]:
-    """Store each row's outcome (an answer, or None: not pushed, only released) with one statement.
+    """Store each row's change (:data:`RELEASED`: not pushed, only the lease goes back) with one statement.
 
     The reconciler's recording of a unit of work, and of the inline pushes one
-    flush sent (``inline``). Returns the new rows in the order of ``rows``.
+    flush sent. Returns the new rows in the order of ``rows``.
     """
-    changes = [
-        Change(RELEASED) if answer is None else change_for(resource, row, answer, retry, inline=inline)
-        for row, answer in zip(rows, answers, strict=True)
-    ]
     params = {
         "ids": [row["id"] for row in rows],
         "leases": [row["lease_until"] for row in rows],
         "changes": [change.kind for change in changes],
         "confirmed": [change.confirmed for change in changes],
-        "reasons": [
-            None if answer is None else change.reason or answer.reason for change, answer in zip(changes, answers)
-        ],
+        "reasons": [change.reason for change in changes],
         "attempts": [change.attempts for change in changes],
         "delays": [change.delay for change in changes],
     }
@@ -172,7 +157,7 @@ def record_many(
 
 def release_many(*, db_session: Connection, resource: Resource, rows: Sequence[RowMapping]) -> list[RowMapping]:
     """Give the leases of unpushed rows back (only where still ours), due as they were."""
-    return record_many(db_session=db_session, resource=resource, rows=rows, answers=[None] * len(rows), retry=None)
+    return record_many(db_session=db_session, resource=resource, rows=rows, changes=[Change(RELEASED)] * len(rows))
 
 
 def never_created_and_failed(row: RowMapping) -> bool:

@@ -39,9 +39,12 @@ from sqlalchemy import Connection, Table, and_, case, exists, func, not_, or_, s
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.breaker import CircuitBreaker
-from platform_svc.content import ahead, create_body, update_body
+from platform_svc.content import create_body, update_body
 from platform_svc.recording import (
+    AHEAD,
+    Change,
     RetryPolicy,
+    change_for,
     fail_waiting_descendants,
     never_created_and_failed,
     record,
@@ -91,17 +94,21 @@ def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def push(client: InternalClient, resource: Resource, row: RowMapping, *, deadline: float | None = None) -> Answer:
+def push(
+    client: InternalClient, resource: Resource, row: RowMapping, *, body: dict[str, Any] | None = None,
+    deadline: float | None = None,
+) -> Answer:
     """Send what moves cluster_svc toward this row: one call, or two when downstream lost the object.
 
-    An update answered 404 means cluster_svc has no such object (restored from
-    an old backup, say): it is created again with its current fields and
-    generation, so a change to a lost object still converges.
+    ``body``: the create body, when the caller built it already. An update
+    answered 404 means cluster_svc has no such object (restored from an old
+    backup, say): it is created again with its current fields and generation,
+    so a change to a lost object still converges.
     """
     if row["deleted_at"] is not None:
         return client.delete(item_url(resource, row))  # 404 counts as done: nothing to delete there
     if row["synced_generation"] == 0:
-        return client.create(collection_url(resource, row), create_body(resource, row), deadline=deadline)
+        return client.create(collection_url(resource, row), body or create_body(resource, row), deadline=deadline)
     answer = client.update(item_url(resource, row), update_body(resource, row))
     if answer.status == 404:
         log.info("%s %s is missing downstream: creating it again", resource.words, row["id"])
@@ -115,18 +122,19 @@ def is_create(row: RowMapping) -> bool:
 
 
 def push_creates(
-    client: InternalClient, resource: Resource, rows: Sequence[RowMapping], *, deadline: float | None = None
+    client: InternalClient, resource: Resource, rows: Sequence[RowMapping], *,
+    bodies: Sequence[dict[str, Any]] | None = None, deadline: float | None = None,
 ) -> list[Answer]:
     """Create-or-return rows of one collection with one batch call; one answer per row, in order.
 
+    ``bodies``: the rows' create bodies, when the caller built them already.
     Each item is answered as its single create would be (201, 200 for one
     cluster_svc has already: a lost answer's replay, 409, 404 while a rule's
-    cluster is not there yet...). A call that fails as a whole gives every row
+    parent is not there yet...). A call that fails as a whole gives every row
     its answer.
     """
-    return client.create_batch(
-        f"{collection_url(resource, rows[0])}/batch", [create_body(resource, row) for row in rows], deadline=deadline
-    )
+    items = list(bodies) if bodies is not None else [create_body(resource, row) for row in rows]
+    return client.create_batch(f"{collection_url(resource, rows[0])}/batch", items, deadline=deadline)
 
 
 # Scheduling: what is due, leases, and waking rows when cluster_svc recovers ---------
@@ -277,11 +285,11 @@ class Pusher:
         return self._coalescers[resource.key]
 
     def _flush_creates(
-        self, resource: Resource, items: Sequence[tuple[RowMapping, float]]
-    ) -> list[tuple[Answer, RowMapping, bool]]:
-        """Push inline creates, one call per collection (one alone: its own create call, as
-        without company), and record every answer with one statement; (answer, row as
-        recorded, whether it was sent) each.
+        self, resource: Resource, items: Sequence[tuple[RowMapping, dict[str, Any], float]]
+    ) -> list[tuple[Answer, Change, RowMapping, bool]]:
+        """Push inline creates (each with its create body), one call per collection (one alone: its
+        own create call, as without company), judge every answer and record them all with one
+        statement; (answer, change, row as recorded, whether it was sent) each.
 
         The inline budget (the client's ``total_timeout``) is each request's, counted
         from its arrival: the flush's calls end when its oldest request's budget does,
@@ -289,9 +297,9 @@ class Pusher:
         they waited (answered as the breaker would: pending, not sent). Counting,
         logging and the breaker are each caller's own (its request ID on its lines).
         """
-        rows = [row for row, _ in items]
+        rows = [row for row, _, _ in items]
         budget = self.client.policy.total_timeout
-        deadline = None if budget is None else min(arrived for _, arrived in items) + budget
+        deadline = None if budget is None else min(arrived for _, _, arrived in items) + budget
         skip = None
         if deadline is not None and deadline - time.monotonic() < MIN_CALL_SECONDS:
             skip = "not sent: the inline budget went on waiting for the pushes ahead of it"
@@ -305,16 +313,18 @@ class Pusher:
             for index, row in enumerate(rows):
                 collections.setdefault(collection_url(resource, row), []).append(index)
             for indexes in collections.values():
-                together = [rows[index] for index in indexes]
-                pushed = (push_creates(self.client, resource, together, deadline=deadline) if len(together) > 1
-                          else [push(self.client, resource, together[0], deadline=deadline)])
+                together, bodies = [rows[index] for index in indexes], [items[index][1] for index in indexes]
+                pushed = (
+                    push_creates(self.client, resource, together, bodies=bodies, deadline=deadline)
+                    if len(together) > 1
+                    else [push(self.client, resource, together[0], body=bodies[0], deadline=deadline)]
+                )
                 for index, answer in zip(indexes, pushed):
                     answers[index] = answer
+        changes = [change_for(row, answer, self.retry, inline=True) for row, answer in zip(rows, answers)]
         with self.database.begin() as db_session:
-            recorded = record_many(
-                db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry, inline=True
-            )
-        return [(answer, row, skip is None) for answer, row in zip(answers, recorded)]
+            recorded = record_many(db_session=db_session, resource=resource, rows=rows, changes=changes)
+        return [(answer, change, row, skip is None) for answer, change, row in zip(answers, changes, recorded)]
 
     @property
     def holding_off(self) -> bool:
@@ -338,21 +348,23 @@ class Pusher:
                 )
             elif is_create(row):
                 # With the creates in flight in this worker: one batch call, one UPDATE recording them.
-                size = len(encode(create_body(resource, row)))
-                answer, recorded, sent = self._inline_creates(resource).submit((row, time.monotonic()), size)
-                self._pushed(resource, row, answer)
+                body = create_body(resource, row)
+                answer, change, recorded, sent = self._inline_creates(resource).submit(
+                    (row, body, time.monotonic()), len(encode(body))
+                )
+                self._pushed(resource, row, answer, change)
                 if self.breaker is not None and sent:
                     self.breaker.record(answer.unavailable)
                 self.fail_waiting(resource, [recorded])
                 return recorded
             else:
-                answer = self._push(resource, row)
+                answer = push(self.client, resource, row)
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
+            change = change_for(row, answer, self.retry, inline=True)
+            self._pushed(resource, row, answer, change)
             with self.database.begin() as db_session:
-                recorded = record(
-                    db_session=db_session, resource=resource, row=row, answer=answer, retry=self.retry, inline=True
-                )
+                recorded = record(db_session=db_session, resource=resource, row=row, change=change)
             self.fail_waiting(resource, [recorded])
             return recorded
         except Exception as exc:  # noqa: BLE001 (after the commit, nothing may turn into a 5xx)
@@ -377,9 +389,12 @@ class Pusher:
             with self.database.begin() as db_session:
                 release_many(db_session=db_session, resource=resource, rows=rows)
             return None
-        answers = self._push_creates(resource, rows) if len(rows) > 1 else [self._push(resource, rows[0])]
+        answers = push_creates(self.client, resource, rows) if len(rows) > 1 else [push(self.client, resource, rows[0])]
+        changes = [change_for(row, answer, self.retry, inline=False) for row, answer in zip(rows, answers)]
+        for row, answer, change in zip(rows, answers, changes):
+            self._pushed(resource, row, answer, change)
         with self.database.begin() as db_session:
-            return record_many(db_session=db_session, resource=resource, rows=rows, answers=answers, retry=self.retry)
+            return record_many(db_session=db_session, resource=resource, rows=rows, changes=changes)
 
     def fail_waiting(self, resource: Resource, recorded: Sequence[RowMapping]) -> int:
         """Right after recording: the descendants waiting on rows that just failed for good
@@ -393,28 +408,17 @@ class Pusher:
             log.info("%d rows under %d failed %ss failed with them", count, len(failed), resource.words)
         return count
 
-    def _push(self, resource: Resource, row: RowMapping) -> Answer:
-        answer = push(self.client, resource, row)
-        self._pushed(resource, row, answer)
-        return answer
-
-    def _push_creates(self, resource: Resource, rows: Sequence[RowMapping]) -> list[Answer]:
-        answers = push_creates(self.client, resource, rows)
-        for row, answer in zip(rows, answers):
-            self._pushed(resource, row, answer)
-        return answers
-
-    def _pushed(self, resource: Resource, row: RowMapping, answer: Answer) -> None:
-        """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once:
-        its outcome is known at this point (counted, logged unless done, and observed)."""
+    def _pushed(self, resource: Resource, row: RowMapping, answer: Answer, change: Change) -> None:
+        """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once,
+        judged: its outcome is counted, logged unless done, and observed."""
         count_push(resource.label, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
-        elif row["deleted_at"] is None and (theirs := ahead(resource, row, answer.body, answer.operation)) is not None:
-            # Recorded as such (platform_svc.recording): not confirmed, pushed again above cluster_svc's generation.
+        elif change.kind == AHEAD:  # recorded as such: not confirmed, pushed again above cluster_svc's generation
             count_repair(resource.label, "ahead")
             log.warning("push of %s %s: cluster_svc is ahead (generation %d there, %d sent, or other fields);"
-                        " pushing the platform's fields again", resource.words, row["id"], theirs, row["generation"])
+                        " pushing the platform's fields again", resource.words, row["id"], change.confirmed,
+                        row["generation"])
         if self.observe is not None:
             self.observe(answer)
 

@@ -60,6 +60,7 @@ class Answer:
     body: Any  # the decoded JSON body, if any
     reason: str  # one line for sync_error and logs
     operation: Operation | None = None  # what was asked (for the push metrics)
+    sent: Any = None  # the body the call sent (a batch item's own), what the answer is judged against
 
     @property
     def done(self) -> bool:
@@ -178,7 +179,7 @@ class InternalClient:
                     Outcome.TRANSIENT, 200, answer.body, f"POST {path}: 200 without one result per item", Operation.CREATE
                 )
             return [answer] * len(items)
-        return [_item_answer(path, index, result) for index, result in enumerate(results)]
+        return [_item_answer(path, index, result, item) for index, (result, item) in enumerate(zip(results, items))]
 
     def update(self, path: str, body: dict[str, Any]) -> Answer:
         return self.call(Operation.UPDATE, "PUT", path, body)
@@ -223,10 +224,11 @@ class InternalClient:
                 redirect=False,
             )
         except HTTPError as exc:
-            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}", operation)
+            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {_describe(exc)}", operation, body)
         payload = _json_or_none(response.data)
         outcome = classify(operation, response.status)
-        return Answer(outcome, response.status, payload, _reason(f"{method} {path}", response.status, payload), operation)
+        reason = _reason(f"{method} {path}", response.status, payload)
+        return Answer(outcome, response.status, payload, reason, operation, body)
 
     def probe(self, path: str, timeout: float = 1.0) -> bool:
         """Whether cluster_svc serves a cheap authenticated read of ``path`` (its database included) right now.
@@ -329,11 +331,11 @@ def _is_result(result: Any) -> bool:
     return isinstance(result, dict) and isinstance(result.get("status"), int) and not isinstance(result["status"], bool)
 
 
-def _item_answer(path: str, index: int, result: dict[str, Any]) -> Answer:
+def _item_answer(path: str, index: int, result: dict[str, Any], sent: dict[str, Any]) -> Answer:
     status = result["status"]
     body = result.get("object") if status in (200, 201) else result.get("problem")
     reason = _reason(f"POST {path} item {index}", status, body)
-    return Answer(classify(Operation.CREATE, status), status, body, reason, Operation.CREATE)
+    return Answer(classify(Operation.CREATE, status), status, body, reason, Operation.CREATE, sent)
 
 
 def _reason(call: str, status: int, payload: Any) -> str:

@@ -389,13 +389,14 @@ def test_a_non_json_error_body_gives_no_body_and_a_bare_reason(make_client, serv
     assert answer.reason == "POST /clusters: 502"
 
 
-def test_done_carries_the_decoded_json_body(client, server):
+def test_done_carries_the_decoded_json_body_and_what_was_sent(client, server):
     server.script(reply(201, {"id": "c-1", "generation": 1, "name": "alpha"}))
 
     answer = client.create("/clusters", {"id": "c-1", "name": "alpha"})
 
     assert answer == Answer(
-        Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201", Operation.CREATE
+        Outcome.DONE, 201, {"id": "c-1", "generation": 1, "name": "alpha"}, "POST /clusters: 201", Operation.CREATE,
+        {"id": "c-1", "name": "alpha"},
     )
 
 
