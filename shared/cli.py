@@ -1,13 +1,16 @@
 """Pieces of the services' command lines: serving with gunicorn, migrating,
-and turning a configuration error into one line on stderr."""
+stopping a long-running command on a signal, and turning a configuration
+error into one line on stderr."""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,22 @@ def quiet_on_closed_pipe(func: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(0)
 
     return wrapper
+
+
+def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """An event that SIGTERM and SIGINT (Ctrl-C) set, in place of their default handlers.
+
+    A long-running command then ends its loop and finishes what it holds
+    instead of dying in the middle of it (SIGINT no longer raises
+    KeyboardInterrupt). ``stop`` is that event if given, else a new one.
+
+    :raise ValueError: called from a thread other than the main thread
+        (only there can Python install signal handlers).
+    """
+    stop = stop if stop is not None else threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
 
 
 def add_service_commands(
