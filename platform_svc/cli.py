@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,30 +12,31 @@ import click
 
 from platform_svc import Settings, create_app
 from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
+from platform_svc.purge import purger
 from shared import config
-from shared.cli import add_service_commands, fail_fast, quiet_on_closed_pipe
-from shared.horizon import Horizon
+from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-@click.group(help="platform_svc: the public API; assigns every ID and pushes objects down to cluster_svc.")
-def main() -> None:
-    pass
-
-
-add_service_commands(
-    main,
-    name="platform-svc",
-    default_port=8000,
-    database_setting="PLATFORM_DATABASE_URL",
-    migrations=MIGRATIONS,
-    load_settings=Settings.from_env,
-    create_app=create_app,
+main = service_group(
+    "platform_svc: the public API; assigns every ID and pushes objects down to cluster_svc.",
+    name="platform-svc", default_port=8000, database_setting="PLATFORM_DATABASE_URL", migrations=MIGRATIONS,
+    load_settings=Settings.from_env, create_app=create_app,
 )
 
-
 DEFAULTS = ReconcilerOptions()
+
+
+def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``reconcile``'s option for the seconds between one kind of periodic ``passes``."""
+    return click.option(
+        option,
+        default=default,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        help=f"Seconds between {passes}; 0 turns them off.",
+    )
 
 
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
@@ -61,19 +63,9 @@ DEFAULTS = ReconcilerOptions()
     type=click.FloatRange(0.1, 300),
     help="Seconds to wait for cluster_svc's answer to one call (the row lease is derived from it).",
 )
-@click.option(
-    "--repair-interval",
-    default=DEFAULTS.repair_interval,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between drift repair passes (as `platform-svc repair`); 0 turns them off.",
-)
-@click.option(
-    "--purge-interval",
-    default=DEFAULTS.purge_interval,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between purge passes (as `platform-svc purge`) by the reconciler that leads; 0 turns them off.",
+@_pass_interval("--repair-interval", DEFAULTS.repair_interval, "drift repair passes (as `platform-svc repair`)")
+@_pass_interval(
+    "--purge-interval", DEFAULTS.purge_interval, "purge passes (as `platform-svc purge`) by the reconciler that leads"
 )
 @click.option(
     "--leader-lease",
@@ -135,19 +127,13 @@ def _echo_while_read(line: object) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-@main.command(help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.")
-@click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
-@click.option(
-    "--batch", default=1000, show_default=True, type=click.IntRange(1, 100_000),
-    help="Deleted rows read, and at most removed, per short transaction.",
+add_purge_command(
+    main,
+    help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.",
+    database_setting="PLATFORM_DATABASE_URL",
+    rows="Deleted rows",
+    purger=purger,
 )
-@fail_fast
-def purge(dry_run: bool, batch: int) -> None:
-    from platform_svc.purge import purger
-    from shared.db import Database
-
-    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    click.echo(purger(database, Horizon.from_env(), batch=batch).run(dry_run=dry_run).summary())
 
 
 @main.command("create-account", help="Create an account and print its id and API key (shown only once).")
