@@ -137,14 +137,8 @@ def add_service_commands(
     ) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=pool_size)  # fails here, before forking
         run_gunicorn(
-            lambda: create_app(settings),
-            name=name,
-            host=host,
-            port=port,
-            workers=workers,
-            connections=connections,
-            read_timeout=read_timeout,
-            pidfile=pidfile,
+            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, connections=connections,
+            read_timeout=read_timeout, pidfile=pidfile,
             log_format=log_format(),  # fails here too, on a LOG_FORMAT it does not know
         )
 
