@@ -38,8 +38,9 @@ INLINE_POLICY = ClientPolicy(
 def inline_lease(environ: Mapping[str, str] | None = None) -> timedelta:
     """How long a public write's row is leased to its inline push: ``INLINE_LEASE_SECONDS``, 15 by default.
 
-    It must outlast the push with its quick retries (``INLINE_POLICY.longest_call()``,
-    6.5 s); if the process dies first, the lease runs out and the reconciler takes over.
+    It must outlast the push with its quick retries, ``INLINE_POLICY.longest_call()``:
+    one second, the policy's ``total_timeout``, however many retries fit in it. If
+    the process dies first, the lease runs out and the reconciler takes over.
 
     :raise ConfigError: it is set but not a positive number.
     """

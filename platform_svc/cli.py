@@ -1,77 +1,75 @@
 """``platform-svc``: serve, migrate, reconcile, repair, purge, create-account, sync-status."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import signal
 import sys
-import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from platform_svc import Settings, create_app
+from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
+from platform_svc.purge import purger
 from shared import config
-from shared.cli import add_service_commands, fail_fast, quiet_on_closed_pipe
-from shared.horizon import Horizon
+from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-@click.group(help="platform_svc: the public API; assigns every ID and pushes objects down to cluster_svc.")
-def main() -> None:
-    pass
-
-
-add_service_commands(
-    main,
-    name="platform-svc",
-    default_port=8000,
-    database_setting="PLATFORM_DATABASE_URL",
-    migrations=MIGRATIONS,
-    load_settings=Settings.from_env,
-    create_app=create_app,
+main = service_group(
+    "platform_svc: the public API; assigns every ID and pushes objects down to cluster_svc.",
+    name="platform-svc", default_port=8000, database_setting="PLATFORM_DATABASE_URL", migrations=MIGRATIONS,
+    load_settings=Settings.from_env, create_app=create_app,
 )
+
+DEFAULTS = ReconcilerOptions()
+
+
+def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``reconcile``'s option for the seconds between one kind of periodic ``passes``."""
+    return click.option(
+        option,
+        default=default,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        help=f"Seconds between {passes}; 0 turns them off.",
+    )
 
 
 @main.command(help="Push every row cluster_svc has not confirmed, until stopped.")
 @click.option("--once", is_flag=True, help="Drain what is due now and exit: 0, or 1 when rows are left failed.")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 64), help="Calls in flight.")
 @click.option(
-    "--batch", default=100, show_default=True, type=click.IntRange(1, 1000), help="Creates one batch call sends at most."
+    "--concurrency", default=DEFAULTS.concurrency, show_default=True, type=click.IntRange(1, 64),
+    help="Calls in flight.",
+)
+@click.option(
+    "--batch", default=DEFAULTS.batch, show_default=True, type=click.IntRange(1, 1000),
+    help="Creates one batch call sends at most.",
 )
 @click.option(
     "--max-backoff",
-    default=300.0,
+    default=DEFAULTS.max_backoff,
     show_default=True,
     type=click.FloatRange(0.05),
     help="Longest wait (seconds) before retrying a row after transient failures; they are retried for ever.",
 )
 @click.option(
     "--push-timeout",
-    default=10.0,
+    default=DEFAULTS.push_timeout,
     show_default=True,
     type=click.FloatRange(0.1, 300),
     help="Seconds to wait for cluster_svc's answer to one call (the row lease is derived from it).",
 )
-@click.option(
-    "--repair-interval",
-    default=3600.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between drift repair passes (as `platform-svc repair`); 0 turns them off.",
-)
-@click.option(
-    "--purge-interval",
-    default=3600.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between purge passes (as `platform-svc purge`) by the reconciler that leads; 0 turns them off.",
+@_pass_interval("--repair-interval", DEFAULTS.repair_interval, "drift repair passes (as `platform-svc repair`)")
+@_pass_interval(
+    "--purge-interval", DEFAULTS.purge_interval, "purge passes (as `platform-svc purge`) by the reconciler that leads"
 )
 @click.option(
     "--leader-lease",
-    default=15.0,
+    default=DEFAULTS.leader_lease,
     show_default=True,
     type=click.FloatRange(0.5, 3600),
     help="Seconds the lease that makes one reconciler the one running the periodic passes lasts unless renewed"
@@ -84,89 +82,12 @@ add_service_commands(
     help="Serve Prometheus metrics (sync_pushes_total, ...) on this port at HOST (default 127.0.0.1); off if not given.",
 )
 @fail_fast
-def reconcile(
-    once: bool,
-    concurrency: int,
-    batch: int,
-    max_backoff: float,
-    push_timeout: float,
-    repair_interval: float,
-    purge_interval: float,
-    leader_lease: float,
-    metrics_port: int | None,
-) -> None:
-    # One process: its metrics live in memory, never in a gunicorn metrics
-    # directory that happens to be set in the environment.
-    os.environ.pop(config.MULTIPROC_DIR, None)
-    from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
-    from platform_svc.sync import Pusher, RetryPolicy
-    from shared.client import ClientPolicy
-    from shared.logs import configure_logging
-
-    configure_logging("reconciler")
-    # Each row has its own backoff, so one call retries once, briefly, and never
-    # sleeps long on a Retry-After: a worker is not held while a row could wait.
-    policy = ClientPolicy(
-        connect_timeout=1.0,
-        read_timeout=push_timeout,
-        retries=1,
-        backoff_max=1.0,
-        retry_after_max=2,
-        pool_size=concurrency + 1,
-    )
-    # A connection for each worker, the scheduler, the recovery watch, the repair
-    # pass and the renewal of the lead.
-    settings = dataclasses.replace(Settings.from_env(), pool_size=concurrency + 4)
-    pusher = Pusher(settings.database(), settings.client(policy), RetryPolicy(max_delay=max_backoff))
-    from platform_svc.repair import Leadership
-
-    leadership = Leadership(pusher.database, ttl=leader_lease)
-    if metrics_port is not None:
-        from platform_svc.sync_metrics import LeaderCollector
-        from shared.metrics import serve_process_metrics
-
-        host = os.environ.get("HOST", "").strip() or "127.0.0.1"
-        serve_process_metrics(metrics_port, host, collectors=[LeaderCollector(leadership)])
-        click.echo(f"reconciler metrics on http://{host}:{metrics_port}/metrics")
-    options = ReconcilerSettings.from_env(batch=batch, concurrency=concurrency, longest_push=policy.longest_call())
+def reconcile(once: bool, **options: Any) -> None:
+    # Every other option is a field of ReconcilerOptions, by the same name.
+    process = ReconcilerProcess(ReconcilerOptions(**options))
     if once:
-        states = reconcile_once(pusher, options)
-        failed = count_failed(pusher)
-        click.echo(_pushed_line(states))
-        if failed:
-            click.echo(f"{failed} rows are failed; see `platform-svc sync-status`.", err=True)
-        sys.exit(1 if failed else 0)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    click.echo("reconciler running; Ctrl-C stops it.")
-    from platform_svc.purge import purger
-    from platform_svc.repair import Periodic, Repairer, run_periodically
-
-    duties = []
-    if repair_interval > 0:
-        repairer = Repairer(pusher.database, settings.client(ClientPolicy(pool_size=1)), horizon=settings.horizon)
-        duties.append(Periodic("repair", repair_interval, lambda stop: repairer.run(stop=stop).summary()))
-    if purge_interval > 0:
-        purging = purger(pusher.database, settings.horizon)
-        duties.append(Periodic("purge", purge_interval, lambda stop: purging.run(stop=stop).summary()))
-    periodic = None
-    if duties:
-        periodic = threading.Thread(
-            target=run_periodically, args=(leadership, duties, stop), name="periodic", daemon=True
-        )
-        periodic.start()
-    run(pusher, options, stop)
-    if periodic is not None:  # the pass at hand ends after its page, then the lease is given back
-        periodic.join(timeout=60)
-
-
-def _pushed_line(states) -> str:
-    """``pushed 3 rows: 2 synced, 1 pending``, or ``pushed 0 rows`` (no dangling colon) when nothing went down."""
-    pushed = sum(states.values())
-    if not pushed:
-        return "pushed 0 rows"
-    return f"pushed {pushed} rows: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        sys.exit(process.drain())
+    process.run()
 
 
 @main.command(help="Compare every object with cluster_svc's copy once and put back in line what drifted.")
@@ -206,19 +127,13 @@ def _echo_while_read(line: object) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-@main.command(help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.")
-@click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
-@click.option(
-    "--batch", default=1000, show_default=True, type=click.IntRange(1, 100_000),
-    help="Deleted rows read, and at most removed, per short transaction.",
+add_purge_command(
+    main,
+    help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.",
+    database_setting="PLATFORM_DATABASE_URL",
+    rows="Deleted rows",
+    purger=purger,
 )
-@fail_fast
-def purge(dry_run: bool, batch: int) -> None:
-    from platform_svc.purge import purger
-    from shared.db import Database
-
-    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    click.echo(purger(database, Horizon.from_env(), batch=batch).run(dry_run=dry_run).summary())
 
 
 @main.command("create-account", help="Create an account and print its id and API key (shown only once).")

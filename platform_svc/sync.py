@@ -31,7 +31,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -250,6 +250,7 @@ def units(resource: Resource, rows: Sequence[RowMapping], *, batch: int, push_by
 # Pushing and recording ---------------------------------------------------------------
 
 
+@dataclass(eq=False)  # one per process or test: it holds the pushes in flight (its coalescers)
 class Pusher:
     """Pushes rows with one client and records each answer in its own short transaction.
 
@@ -258,21 +259,13 @@ class Pusher:
     reconciler's recovery watch).
     """
 
-    def __init__(
-        self,
-        database: Database,
-        client: InternalClient,
-        retry: RetryPolicy = RetryPolicy(),
-        *,
-        breaker: CircuitBreaker | None = None,
-        observe: Callable[[Answer], None] | None = None,
-    ) -> None:
-        self.database = database
-        self.client = client
-        self.retry = retry
-        self.breaker = breaker
-        self.observe = observe
-        self._coalescers: dict[str, Coalescer] = {}
+    database: Database
+    client: InternalClient
+    retry: RetryPolicy = RetryPolicy()
+    _: KW_ONLY
+    breaker: CircuitBreaker | None = None
+    observe: Callable[[Answer], None] | None = None
+    _coalescers: dict[str, Coalescer] = field(default_factory=dict, init=False, repr=False)
 
     def _inline_creates(self, resource: Resource) -> Coalescer:
         """The inline creates of ``resource`` in flight in this process, flushed together (shared.coalesce):

@@ -1,13 +1,16 @@
 """Pieces of the services' command lines: serving with gunicorn, migrating,
-and turning a configuration error into one line on stderr."""
+purging, stopping a long-running command on a signal, and turning a
+configuration error into one line on stderr."""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,10 @@ from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
 from shared.config import MULTIPROC_DIR, ConfigError, database_url
-from shared.logs import log_format, logging_config
+from shared.db import Database
+from shared.horizon import Horizon
+from shared.logs import configure_logging, log_format, logging_config
+from shared.purge import BATCH, Purger, run_every
 
 # serve's defaults. A worker serves CONNECTIONS connections at once; those
 # waiting on the database queue for one of its exactly POOL_SIZE pooled
@@ -65,6 +71,34 @@ def quiet_on_closed_pipe(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """An event that SIGTERM and SIGINT (Ctrl-C) set, in place of their default handlers.
+
+    A long-running command then ends its loop and finishes what it holds
+    instead of dying in the middle of it (SIGINT no longer raises
+    KeyboardInterrupt). ``stop`` is that event if given, else a new one.
+
+    :raise ValueError: called from a thread other than the main thread
+        (only there can Python install signal handlers).
+    """
+    stop = stop if stop is not None else threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+def service_group(help: str, **commands: Any) -> click.Group:
+    """A service's command group, described by ``help``, with its ``serve`` and ``migrate``
+    commands (``commands``: :func:`add_service_commands`' keyword arguments)."""
+
+    @click.group(help=help)
+    def main() -> None:
+        pass
+
+    add_service_commands(main, **commands)
+    return main
+
+
 def add_service_commands(
     group: click.Group,
     *,
@@ -103,14 +137,8 @@ def add_service_commands(
     ) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=pool_size)  # fails here, before forking
         run_gunicorn(
-            lambda: create_app(settings),
-            name=name,
-            host=host,
-            port=port,
-            workers=workers,
-            connections=connections,
-            read_timeout=read_timeout,
-            pidfile=pidfile,
+            lambda: create_app(settings), name=name, host=host, port=port, workers=workers, connections=connections,
+            read_timeout=read_timeout, pidfile=pidfile,
             log_format=log_format(),  # fails here too, on a LOG_FORMAT it does not know
         )
 
@@ -119,6 +147,45 @@ def add_service_commands(
     def migrate_command() -> None:
         migrate(migrations, database_url(database_setting))
         click.echo(f"{name.replace('-', '_')} database is up to date.")
+
+
+def add_purge_command(
+    group: click.Group,
+    *,
+    help: str,
+    database_setting: str,
+    rows: str,
+    purger: Callable[..., Purger],
+    repeat: bool = False,
+) -> None:
+    """Give a service's command group its ``purge`` command (described by ``help``): one pass
+    over the database named by ``database_setting``, in windows of ``--batch`` ``rows``.
+
+    ``purger(database, horizon, batch=batch)`` builds the service's purger
+    when the command runs. With ``repeat``, ``--every SECONDS`` runs a pass
+    every so often until SIGTERM or Ctrl-C.
+    """
+    every_option = click.option(
+        "--every", type=click.FloatRange(min=0.01), default=None,
+        help="Purge again every SECONDS, until stopped (SIGTERM or Ctrl-C); one summary line per pass.",
+    )
+
+    @group.command("purge", help=help)
+    @click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+    @(every_option if repeat else (lambda command: command))
+    @click.option(
+        "--batch", default=BATCH, show_default=True, type=click.IntRange(1, 100_000),
+        help=f"{rows} read, and at most removed, per short transaction.",
+    )
+    @fail_fast
+    def purge_command(dry_run: bool, batch: int, every: float | None = None) -> None:
+        database = Database(database_url(database_setting), pool_size=1)
+        passes = purger(database, Horizon.from_env(), batch=batch)
+        if every is None:
+            click.echo(passes.run(dry_run=dry_run).summary())
+            return
+        configure_logging("purge")
+        run_every(passes, every, stop_on_signals(), lambda report: click.echo(report.summary()), dry_run=dry_run)
 
 
 class _Gunicorn(BaseApplication):

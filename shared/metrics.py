@@ -12,7 +12,7 @@ up. A worker that dies leaves its file behind, so nothing it counted is lost.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import (
     REGISTRY,
@@ -97,11 +97,24 @@ def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
 
 
-def serve_process_metrics(port: int, host: str, collectors: Iterable[object] = ()) -> None:
+def serve_process_metrics(port: int, host: str, collectors: Iterable[object] = ()) -> Callable[[], None]:
     """Serve this (single) process's metrics, and ``collectors``' (read at each scrape), on
-    ``host:port`` from a daemon thread."""
+    ``host:port`` from a daemon thread; return what stops that (and unregisters ``collectors``).
+
+    :raise OSError: the port could not be bound.
+    """
     from prometheus_client import start_http_server
 
+    collectors = list(collectors)
+    server, thread = start_http_server(port, addr=host)
     for collector in collectors:
         REGISTRY.register(collector)
-    start_http_server(port, addr=host)
+
+    def stop() -> None:
+        for collector in collectors:
+            REGISTRY.unregister(collector)
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+    return stop

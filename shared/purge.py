@@ -25,7 +25,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -63,6 +63,7 @@ class PurgeReport:
         )
 
 
+@dataclass
 class Purger:
     """Purge passes over a registry's tables, with one database and one horizon.
 
@@ -70,20 +71,12 @@ class Purger:
     that a deleted row must meet besides its expired ID.
     """
 
-    def __init__(
-        self,
-        database: Database,
-        registry: Registry,
-        horizon: Horizon,
-        purgeable: Callable[[Resource], Iterable[ColumnElement]],
-        *,
-        batch: int = BATCH,
-    ) -> None:
-        self.database = database
-        self.registry = registry
-        self.horizon = horizon
-        self.purgeable = purgeable
-        self.batch = batch
+    database: Database
+    registry: Registry
+    horizon: Horizon
+    purgeable: Callable[[Resource], Iterable[ColumnElement]]
+    _: KW_ONLY
+    batch: int = BATCH
 
     def run(self, *, dry_run: bool = False, stop: threading.Event | None = None) -> PurgeReport:
         """One pass over every resource, children first; ``stop`` ends it after the window at hand."""

@@ -46,8 +46,9 @@ from tooling.testing import LiveServer, console_script, free_port, fresh_databas
 TOKEN = "pair-internal-token"
 # Timings short enough that no test waits for a production default (each is
 # described in docs/operations.md, "Timings"). The inline lease must outlast an
-# inline push with its retries (6.5 s); the breaker probes a recovered
-# cluster_svc after 1 s, so inline pushes resume soon after an outage.
+# inline push with its retries (INLINE_POLICY.longest_call(): 1 s); the breaker
+# probes a recovered cluster_svc after 1 s, so inline pushes resume soon after
+# an outage.
 TIMINGS = {
     "INLINE_BREAKER_COOL_DOWN_SECONDS": "1",
     "INLINE_LEASE_SECONDS": "8",

@@ -122,3 +122,13 @@ def test_the_timings_tests_shorten_are_read_from_the_environment():
     assert (settings.lease_margin, settings.idle_interval, settings.probe_interval) == (1.0, 0.1, 0.2)
     assert (settings.batch, settings.lease) == (5, timedelta(seconds=5))
     assert ReconcilerSettings.from_env({}) == ReconcilerSettings()
+
+
+def test_the_default_inline_lease_outlasts_the_inline_push_it_leases_rows_to():
+    from datetime import timedelta
+
+    from platform_svc import INLINE_POLICY, inline_lease
+
+    longest = timedelta(seconds=INLINE_POLICY.longest_call())
+    assert longest == timedelta(seconds=1)  # the figure inline_lease's docstring and docs/operations.md give
+    assert inline_lease({}) > longest
