@@ -14,16 +14,25 @@ import types
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl
 
 import flask_smorest
+import marshmallow as ma
 from flask import Flask, Response, g, request, send_from_directory
 from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
-from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
+from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
 from shared.db import Database
-from shared.errors import PROBLEM_JSON, Unauthorized, problem_from_http, register_error_handlers
+from shared.errors import (
+    PROBLEM_JSON,
+    IncompleteBody,
+    Unauthorized,
+    UnsupportedEncoding,
+    problem_from_http,
+    register_error_handlers,
+)
 from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
 from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
@@ -94,6 +103,24 @@ class _JsonParser(FlaskParser):
     """
 
     DEFAULT_UNKNOWN_BY_LOCATION = {**FlaskParser.DEFAULT_UNKNOWN_BY_LOCATION, "query": None}
+
+    def load_querystring(self, req, schema):
+        """The query, read as strictly as a header: each parameter once, in UTF-8.
+
+        Werkzeug would hand the first of two values to the schema and drop the
+        other (``limit=2&limit=abc`` read as 2), and decode bytes that are not
+        UTF-8 into replacement characters (``idempotency_key=%ff`` matching no key).
+
+        :raise ValidationError: (422) naming each parameter sent more than once, or the query is not UTF-8.
+        """
+        try:
+            parse_qsl(req.query_string.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise ma.ValidationError({"_query": ["Percent-decoded, the query string is not valid UTF-8."]}) from None
+        repeated = {name: ["Send this parameter once."] for name, values in req.args.lists() if len(values) > 1}
+        if repeated:
+            raise ma.ValidationError(repeated)
+        return super().load_querystring(req, schema)
 
     def _raw_load_json(self, req):
         try:
@@ -208,12 +235,23 @@ def create_service_app(
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
     # Swagger UI's own files, from the installed swagger-ui-bundle: /docs needs no internet.
-    app.add_url_rule(
-        f"/{SWAGGER_UI_FILES}/<path:filename>",
-        "swagger_ui_files",
-        lambda filename: send_from_directory(swagger_ui_path, filename, max_age=3600),
-    )
+    app.add_url_rule(f"/{SWAGGER_UI_FILES}/<path:filename>", "swagger_ui_files", swagger_ui_file)
     return app, api
+
+
+# The files /docs loads (flask-smorest's page), and no others: the bundle's own
+# index.html and swagger-initializer.js would point a browser at another host.
+SWAGGER_UI_SERVED = frozenset(
+    {"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "favicon-32x32.png",
+     "favicon-16x16.png"}
+)
+
+
+def swagger_ui_file(filename: str) -> Response:
+    """:raise 404: not a file /docs loads."""
+    if filename not in SWAGGER_UI_SERVED:
+        raise NotFound()
+    return send_from_directory(swagger_ui_path, filename, max_age=3600)
 
 
 def configure(app: Flask, *, title: str, testing: bool) -> None:
@@ -231,9 +269,13 @@ def configure(app: Flask, *, title: str, testing: bool) -> None:
 
 
 def require_json_body() -> None:
-    """A body, when sent, must be JSON and at most 1 MiB.
+    """A body, when sent, must be JSON, unencoded, whole, and at most 1 MiB: a request is
+    acted on only once it has been read whole and understood.
 
-    :raise 415: it is not JSON (said plainly, instead of reporting missing fields).
+    :raise 415: it is not JSON (said plainly, instead of reporting missing fields), or it
+        comes in a ``Content-Encoding`` other than ``identity`` (which this service does not read).
+    :raise IncompleteBody: it ended before its ``Content-Length`` (the client stopped
+        sending, or half-closed): nothing is stored.
     :raise 413: a chunked body ran past the limit. Werkzeug stops reading a body
         without Content-Length at MAX_CONTENT_LENGTH without complaint, and the
         cut-off prefix must not be parsed as if it were the whole body.
@@ -244,10 +286,22 @@ def require_json_body() -> None:
     if request.content_length or chunked:
         if not request.is_json:
             raise UnsupportedMediaType("Send the request body as JSON with 'Content-Type: application/json'.")
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            raise UnsupportedEncoding(
+                f"The Content-Encoding {encoding!r} is not read here; send the JSON body unencoded."
+            )
     if chunked:
         request.get_data(cache=True)
         if request.stream.is_exhausted:
             raise RequestEntityTooLarge()
+    elif request.content_length:
+        received = len(request.get_data(cache=True))
+        if received < request.content_length:
+            raise IncompleteBody(
+                f"The body ended after {received} of the {request.content_length} bytes its Content-Length"
+                " announced; nothing was done. Send the whole request again."
+            )
 
 
 def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:

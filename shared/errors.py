@@ -96,6 +96,16 @@ class PayloadTooLarge(ProblemError):
     status, code = 413, "payload_too_large"
 
 
+class IncompleteBody(ProblemError):
+    """The body ended before its Content-Length: an incomplete message is not acted on."""
+
+    status, code = 400, "incomplete_body"
+
+
+class UnsupportedEncoding(ProblemError):
+    status, code = 415, "unsupported_content_encoding"
+
+
 class ValidationFailed(ProblemError):
     status, code = 422, "validation_error"
 

@@ -4,7 +4,8 @@ Generated clients, validators and fuzzers believe what the document says, so
 it says everything the services answer:
 
 - every status an operation can answer. Errors any request can meet (a
-  malformed request, a missing token, a URI too long, the database away) and
+  malformed or incomplete request, a missing token, a URI or header too long,
+  the database away) and
   those of a body or a path ID (413, 415, 422) are added to every operation
   they apply to by :class:`ContractPlugin`, besides the ``default``;
 - every response header: :data:`COMMON_RESPONSE_HEADERS` go on every response
@@ -68,10 +69,13 @@ _NAMES = {
     414: "REQUEST_URI_TOO_LONG",
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "UNPROCESSABLE_ENTITY",
+    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
     503: "SERVICE_UNAVAILABLE",
 }
-ANY_REQUEST = (400, 414, 503)  # malformed HTTP or JSON; request line too long; database unreachable
-WITH_BODY = (413, 415, 422)  # body over 1 MiB; not JSON; invalid
+# Malformed HTTP or JSON, or a body shorter than its Content-Length; request line too long;
+# a header line too long or too many (gunicorn answers those); database unreachable.
+ANY_REQUEST = (400, 414, 431, 503)
+WITH_BODY = (413, 415, 422)  # body over 1 MiB; not JSON, or in a Content-Encoding not read; invalid
 WITH_PARAMETERS = (422,)  # a path ID that is not a UUID, or an invalid query argument
 
 

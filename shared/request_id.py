@@ -14,9 +14,11 @@ import uuid
 
 HEADER = "X-Request-ID"
 
-# 1-128 printable ASCII characters. Anything else is replaced, never echoed:
-# the value goes into response headers and log lines.
-_VALID = re.compile(r"[\x20-\x7e]{1,128}")
+# 1-128 visible ASCII characters, none of them a space, a double quote or a
+# backslash: the value goes into response headers and log lines, where a space
+# could start a forged field ("x request_id=... status=200") and a quote or
+# backslash could end a quoted one. Anything else is replaced, never echoed.
+_VALID = re.compile(r'[!#-\[\]-~]{1,128}')
 
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 

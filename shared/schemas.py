@@ -56,6 +56,17 @@ class StrictInteger(fields.Integer):
         return super()._validated(value)
 
 
+class Digits(fields.Integer):
+    """An integer in a query: ASCII digits only (``int`` would also read ``１``, a fullwidth one)."""
+
+    default_error_messages = {"digits": "Must be written in the digits 0-9."}
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> int:
+        if isinstance(value, str) and not value.isascii():
+            raise self.make_error("digits")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class Text(fields.String):
     """A string PostgreSQL can store: no NUL character, no lone surrogate (written out as any string)."""
 
@@ -140,7 +151,7 @@ class ProblemSchema(OutputSchema):
 class PageArgs(InputSchema):
     """Keyset pagination: ``after`` is the last id of the previous page."""
 
-    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
+    limit = Digits(load_default=50, validate=validate.Range(min=1, max=500))
     after = ObjectId(load_default=None)
 
 

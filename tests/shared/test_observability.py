@@ -47,12 +47,16 @@ def metric(client, name: str, **labels) -> float:
     )
 
 
-@pytest.mark.parametrize("sent", ["a", "req-123_ABC.x:y", "x" * 128, "with space inside"])
+@pytest.mark.parametrize("sent", ["a", "req-123_ABC.x:y", "x" * 128, "b64+/=", "{trace}[1]!~"])
 def test_a_valid_request_id_is_kept(sent):
     assert request_id.accept_or_new(sent) == sent
 
 
-@pytest.mark.parametrize("sent", [None, "", "x" * 129, "new\nline", "tab\there", "caf\xe9", "nul\x00"])
+@pytest.mark.parametrize(
+    "sent",
+    [None, "", "x" * 129, "new\nline", "tab\there", "caf\xe9", "nul\x00", "with space inside",
+     "x request_id=deadbeef status=200", 'quote"d', "back\\slash"],
+)
 def test_an_invalid_request_id_is_replaced_by_a_new_one(sent):
     made = request_id.accept_or_new(sent)
     assert made != sent and request_id.accept_or_new(made) == made
