@@ -335,10 +335,11 @@ class Pusher:
         try:
             if resource.parent is not None and row["deleted_at"] is None and not self._parent_confirmed(resource, row):
                 return self._release(resource, row)  # a child waits for its parent; the reconciler will push it
-            if self.breaker is not None and not self.breaker.allow():
+            if self.breaker is not None and not self.breaker.allow():  # not sent, so not counted as a push
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
+                change = change_for(row, answer, self.retry, inline=True)
             elif is_create(row):
                 # With the creates in flight in this worker: one batch call, one UPDATE recording them.
                 body = create_body(resource, row)
@@ -354,8 +355,8 @@ class Pusher:
                 answer = push(self.client, resource, row)
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
-            change = change_for(row, answer, self.retry, inline=True)
-            self._pushed(resource, row, answer, change)
+                change = change_for(row, answer, self.retry, inline=True)
+                self._pushed(resource, row, answer, change)
             with self.database.begin() as db_session:
                 recorded = record(db_session=db_session, resource=resource, row=row, change=change)
             self.fail_waiting(resource, [recorded])
