@@ -48,7 +48,7 @@ class ClusterClient(ServiceClient):
         :raise ProblemError: 409 ``id_conflict`` (the ID holds other immutable fields), 410 (deleted, or
             ``id_expired``), 404 (no such parent), 422 ... :raise NoAnswer:
         """
-        return self._call("POST", path, dict(body), ok=(200, 201)).body
+        return self._object("POST", path, dict(body), ok=(200, 201))
 
     def create_batch(self, path: str, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | ProblemError]:
         """Create-or-return every item with the collection's batch route (``path`` + ``/batch``, or ``path``
@@ -77,7 +77,7 @@ class ClusterClient(ServiceClient):
 
         :raise ProblemError: 404, 410 (deleted), 422 ... :raise NoAnswer:
         """
-        return self._call("PUT", path, {**fields, "generation": generation}).body
+        return self._object("PUT", path, {**fields, "generation": generation})
 
     def delete(self, path: str) -> None:
         """Delete the object at ``path``. Done when nothing is left there: 204, 410 (deleted already: an

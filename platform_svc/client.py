@@ -63,14 +63,14 @@ class PlatformClient(ServiceClient):
         :raise NoAnswer:
         """
         key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
-        return self._call("POST", path, dict(body), ok=(200, 201), headers={"Idempotency-Key": key}).body
+        return self._object("POST", path, dict(body), ok=(200, 201), headers={"Idempotency-Key": key})
 
     def update(self, path: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Change the object at ``path`` (PATCH ``fields``): the object as it is now.
 
         :raise ProblemError: 404, 410 (deleted), 422 ... :raise NoAnswer:
         """
-        return self._call("PATCH", path, dict(fields)).body
+        return self._object("PATCH", path, dict(fields))
 
     def delete(self, path: str) -> None:
         """Delete the object at ``path``. Done when it is deleted: 204, 202 (cluster_svc not told yet), and

@@ -85,7 +85,7 @@ class ServiceClient:
 
     def get(self, path: str) -> dict[str, Any]:
         """The object at ``path``. :raise ProblemError: 404, 410 (deleted), ... :raise NoAnswer:"""
-        return self._call("GET", path).body
+        return self._object("GET", path)
 
     def list(self, path: str, **filters: str | int | bool | None) -> Iterator[dict[str, Any]]:
         """Every object of the listing at ``path``, page after page (keyset: each page's ``next_after``
@@ -113,6 +113,16 @@ class ServiceClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _object(
+        self, method: str, path: str, body: Any = None, *, ok: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One call whose answer is an object (a JSON object body)."""
+        reply = self._call(method, path, body, ok=ok, headers=headers)
+        if not isinstance(reply.body, dict):
+            raise ClientError(f"{method} {path}: {reply.status} without an object")
+        return reply.body
 
     def _call(
         self,

@@ -130,7 +130,7 @@ class ClientPolicy:
         """The pause after ``failures`` failed attempts in a row, when no Retry-After says otherwise."""
         if failures <= 1:
             return 0.0
-        ceiling = self.backoff_factor * 2 ** (failures - 1)
+        ceiling = self.backoff_factor * 2.0 ** (failures - 1)
         if self.full_jitter:
             return random.uniform(0, min(self.backoff_max, ceiling))
         if self.backoff_jitter:
