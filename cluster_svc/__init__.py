@@ -1,16 +1,21 @@
-"""cluster_svc: the internal service that creates-or-returns by the caller's ID."""
+"""cluster_svc: the internal service that creates-or-returns by the caller's ID.
+
+Importing the package loads nothing of the web or database stack (Flask,
+SQLAlchemy, ...): :func:`create_app` and :attr:`Settings.horizon` import it when
+called, so ``cluster_svc.client`` stays light for a caller's process.
+"""
 from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import Any
-
-from flask import Flask
+from typing import TYPE_CHECKING, Any
 
 from shared import config
-from shared.api import create_service_app
-from shared.db import Database
-from shared.horizon import Horizon
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from shared.horizon import Horizon
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class Settings:
 
     @property
     def horizon(self) -> Horizon:
+        from shared.horizon import Horizon
+
         return Horizon(self.id_horizon_seconds)
 
 
@@ -39,6 +46,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     """The application factory; settings come from the environment when not given."""
     from cluster_svc.tombstones import TombstonesCollector
     from cluster_svc.views import blueprint
+    from shared.api import create_service_app
+    from shared.db import Database
 
     settings = settings or Settings.from_env()
     database = Database(settings.database_url, pool_size=settings.pool_size)

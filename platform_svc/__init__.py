@@ -1,17 +1,25 @@
-"""platform_svc: the public service that assigns every ID and pushes objects down."""
+"""platform_svc: the public service that assigns every ID and pushes objects down.
+
+Importing the package loads nothing of the web or database stack (Flask,
+SQLAlchemy, ...): :func:`create_app` and the methods of :class:`Settings` import
+it when called, so ``platform_svc.client`` stays light for a caller's process.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-
-from flask import Flask
+from typing import TYPE_CHECKING
 
 from shared import config
-from shared.api import create_service_app
-from shared.client import ClientPolicy, InternalClient
-from shared.db import Database
-from shared.horizon import Horizon
+from shared.client import InternalClient
+from shared.transport import ClientPolicy
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from shared.db import Database
+    from shared.horizon import Horizon
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not (a long Retry-After is the reconciler's to wait).
@@ -72,9 +80,13 @@ class Settings:
 
     @property
     def horizon(self) -> Horizon:
+        from shared.horizon import Horizon
+
         return Horizon(self.id_horizon_seconds)
 
     def database(self) -> Database:
+        from shared.db import Database
+
         return Database(self.database_url, pool_size=self.pool_size)
 
     def client(self, policy: ClientPolicy) -> InternalClient:
@@ -88,6 +100,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.sync import Pusher
     from platform_svc.sync_metrics import SyncRowsCollector
     from platform_svc.views import blueprint
+    from shared.api import create_service_app
 
     settings = settings or Settings.from_env()
     database = settings.database()

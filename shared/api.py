@@ -33,12 +33,11 @@ from shared.errors import (
     problem_from_http,
     register_error_handlers,
 )
+from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES  # noqa: F401 (the views read them here too)
 from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
 from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
 
-MAX_BODY_BYTES = 1024 * 1024
-MAX_BATCH_ITEMS = 1000  # items in one batch create, at most (and its body within MAX_BODY_BYTES)
 SWAGGER_UI_FILES = "docs/swagger-ui"
 
 # Routes the bearer check leaves alone: health checks, /metrics (which checks

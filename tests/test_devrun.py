@@ -110,6 +110,14 @@ def readme_cli_commands() -> list[str]:
     ]
 
 
+def readme_python_session(ports: dict[str, int]) -> str:
+    """The README's Python session ("Calling the pair from Python"), on ``ports`` instead of 8000 and 8001."""
+    [session] = re.findall(r"```pycon\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    return session.replace("localhost:8000", f"127.0.0.1:{ports['PLATFORM_PORT']}").replace(
+        "localhost:8001", f"127.0.0.1:{ports['CLUSTER_PORT']}"
+    )
+
+
 def test_the_readme_walkthrough_commands_work_after_sourcing_what_make_run_wrote(pg_server_url, tmp_path):
     commands = readme_cli_commands()
     assert {command.split()[1] for command in commands} >= {"create-account", "sync-status", "repair", "reconcile"}
@@ -125,6 +133,14 @@ def test_the_readme_walkthrough_commands_work_after_sourcing_what_make_run_wrote
             '. .dev/env && curl -sf -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $INTERNAL_TOKEN"'
             f' http://127.0.0.1:{run.ports["CLUSTER_PORT"]}/v1/clusters'
         )
+        # The Python session, as a doctest: its answers are the ones the README shows.
+        (run.folder / "session.txt").write_text(readme_python_session(run.ports))
+        python = run.shell(
+            ". .dev/env && export API_KEY=$(.venv/bin/platform-svc create-account python-session --json"
+            " | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)[\"api_key\"])')"
+            " && .venv/bin/python -m doctest session.txt"
+        )
+        assert python.returncode == 0, python.stdout + python.stderr
 
     assert (internal.returncode, internal.stdout) == (0, "200"), internal.stderr
     assert ". .dev/env" in printed

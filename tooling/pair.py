@@ -36,6 +36,7 @@ from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from platform_svc.client import PlatformClient
 from platform_svc.models import RESOURCES
 from shared.config import id_horizon_seconds
 from shared.horizon import Horizon
@@ -85,6 +86,7 @@ class PublicApi:
         self.api_key = api_key
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
+        self._clients: list[PlatformClient] = []
         self._lock = threading.Lock()
 
     @property
@@ -111,11 +113,23 @@ class PublicApi:
         """POST ``body`` to the collection at ``path`` (under the public API's root): the object created."""
         return expect(self.call("POST", path, json=body), 201)
 
+    def client(self, base_url: str | None = None, **options: Any) -> PlatformClient:
+        """A :class:`~platform_svc.client.PlatformClient` calling as this account: at platform_svc, or at
+        ``base_url`` (a fault proxy in front of it); ``options``: its ``timeout``, ``retry_for``, ...
+        Closed with this account's sessions. Its calls are not tallied (the proxy's log records them)."""
+        client = PlatformClient(base_url or self.pair.platform_svc.url, api_key=self.api_key, **options)
+        with self._lock:
+            self._clients.append(client)
+        return client
+
     def close(self) -> None:
         with self._lock:
             for session in self._sessions:
                 session.close()
             self._sessions.clear()
+            for client in self._clients:
+                client.close()
+            self._clients.clear()
 
 
 def expect(response: requests.Response, *statuses: int) -> Any:

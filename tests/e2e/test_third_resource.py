@@ -15,7 +15,9 @@ import pytest
 from sqlalchemy import text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from cluster_svc.client import ClusterClient
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
+from platform_svc.client import ProblemError
 from tests.e2e.conftest import Pair, cluster_body, with_account
 from tooling.testing import ROOT, fresh_database, uuid7_ago
 
@@ -168,6 +170,37 @@ def test_a_parent_deleted_on_the_platform_takes_its_grandchildren_along(pair):
     assert pair.platform_rows("notes")[note["id"]]["deleted_at"] is not None
     assert pair.cluster_svc_rows("notes")[note["id"]]["deleted_at"] is not None
     assert pair.api("POST", notes, json={"topic": "audit"}).status_code == 410
+
+
+def test_the_clients_call_the_added_resource_with_no_change_of_their_own(pair):
+    """PlatformClient and ClusterClient know paths, not resources: the notes need nothing of them."""
+    api = pair.current.client(retry_for=5.0)
+    cluster = api.create("/v1/clusters", cluster_body())
+    rule = api.create(f"/v1/clusters/{cluster['id']}/firewall-rules", {"cidr": "10.3.0.0/16"})
+    notes = f"/v1/clusters/{cluster['id']}/firewall-rules/{rule['id']}/notes"
+    note = api.create(notes, {"topic": "owner", "text": "team db"}, idempotency_key="note-1")
+    assert api.create(notes, {"topic": "owner", "text": "team db"}, idempotency_key="note-1")["id"] == note["id"]
+    assert api.find_by_idempotency_key(notes, "note-1")["id"] == note["id"]
+    assert api.update(f"{notes}/{note['id']}", {"text": "owned by data"})["generation"] == 2
+    assert [n["id"] for n in api.list(notes, limit=1)] == [note["id"]]
+    api.delete(f"{notes}/{note['id']}")
+    api.delete(f"{notes}/{note['id']}")  # 410: deleted already, which is done
+    with pytest.raises(ProblemError) as raised:
+        api.get(f"{notes}/{note['id']}")
+    assert (raised.value.status, raised.value.code) == (410, "gone")
+
+    cluster_id, rule_id = internal_rule(pair)
+    notes = f"/v1/clusters/{cluster_id}/firewall-rules/{rule_id}/notes"
+    note = {"id": str(uuid.uuid4()), "topic": "audit", "text": "checked"}
+    with ClusterClient(pair.cluster_svc.url, token=pair.token, retry_for=5.0) as internal:
+        assert internal.create(notes, note)["firewall_rule_id"] == rule_id
+        other = {"id": str(uuid.uuid4()), "topic": "owner"}
+        created, conflict, new = internal.create_batch(notes, [note, {**note, "topic": "expiry"}, other])
+        assert (created["id"], conflict.code, new["id"]) == (note["id"], "id_conflict", other["id"])
+        assert internal.update(f"{notes}/{note['id']}", {"text": "third"}, generation=3)["generation"] == 3
+        assert [n["id"] for n in internal.list(notes, limit=1)] == sorted([note["id"], other["id"]])
+        internal.delete(f"{notes}/{note['id']}")
+        internal.delete(f"{notes}/{note['id']}")  # 410: done as well
 
 
 def assert_downstream_matches(pair: Pair, note_id: str) -> None:

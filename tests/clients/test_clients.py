@@ -1,0 +1,393 @@
+"""PlatformClient and ClusterClient against a scripted server: what they send, what they retry,
+what they raise, how long they try; and that importing them loads no service stack.
+
+The proof against the real services, through the fault proxy, is tests/e2e/test_clients_under_faults.py.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from cluster_svc.client import ClusterClient
+from platform_svc.client import NoAnswer, PlatformClient, ProblemError
+from shared.service_client import caller_policy
+from tooling.scripted import drop, reply
+
+KEY = "api-key-for-tests"
+TOKEN = "internal-token-for-tests"
+OBJECT = {"id": "0193a1b2-7c00-7000-8000-000000000001", "name": "main-db"}
+
+
+def problem(status: int, code: str, **extensions) -> dict:
+    return {"type": "about:blank", "title": "t", "status": status, "detail": f"{code} detail", "code": code,
+            **extensions}
+
+
+@pytest.fixture
+def make(server):
+    """Build clients (on the scripted server unless told); all closed before the server stops."""
+    made = []
+
+    def build(kind=PlatformClient, *, base_url=None, **options):
+        options.setdefault("retry_for", 5.0)
+        options.setdefault("timeout", 2.0)
+        credential = {"api_key": KEY} if kind is PlatformClient else {"token": TOKEN}
+        made.append(kind(base_url or server.url, **credential, **options))
+        return made[-1]
+
+    yield build
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def platform(make):
+    return make(PlatformClient)
+
+
+@pytest.fixture
+def internal(make):
+    return make(ClusterClient)
+
+
+# -- what goes on the wire ------------------------------------------------------------------
+
+
+def test_a_create_makes_one_uuidv7_key_and_sends_it_on_every_retry(platform, server):
+    server.script(drop(), reply(503), reply(201, OBJECT), reply(201, OBJECT))
+
+    assert platform.create("/v1/things", {"name": "main-db"}) == OBJECT
+    platform.create("/v1/things", {"name": "main-db"})
+
+    first, second, third, other = server.requests
+    keys = [r.headers["Idempotency-Key"] for r in server.requests]
+    assert keys[0] == keys[1] == keys[2] != keys[3]  # one key per call, the same on its retries
+    assert uuid.UUID(keys[0]).version == uuid.UUID(keys[3]).version == 7
+    sent = {(r.method, r.path, r.body) for r in (first, second, third)}
+    assert sent == {("POST", "/v1/things", b'{"name":"main-db"}')}
+    assert len({r.headers["X-Request-ID"] for r in (first, second, third)}) == 1
+    assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in server.requests)
+
+
+def test_a_create_sends_the_key_it_is_given(platform, server):
+    server.script(reply(200, OBJECT, headers={"Idempotent-Replayed": "true"}))
+
+    assert platform.create("/v1/things", {"name": "main-db"}, idempotency_key="first-db") == OBJECT
+    assert server.requests[0].headers["Idempotency-Key"] == "first-db"
+    assert PlatformClient.new_idempotency_key() != PlatformClient.new_idempotency_key()
+
+
+def test_update_patches_the_fields_and_answers_the_object(platform, server):
+    server.script(reply(200, {**OBJECT, "generation": 2}))
+
+    assert platform.update(f"/v1/things/{OBJECT['id']}", {"plan": "memory-8"})["generation"] == 2
+    [sent] = server.requests
+    assert (sent.method, sent.json, sent.headers.get("Idempotency-Key")) == ("PATCH", {"plan": "memory-8"}, None)
+
+
+def test_the_internal_client_creates_with_the_callers_id_and_updates_with_a_generation(internal, server):
+    server.script(reply(201, OBJECT), reply(200, OBJECT), reply(200, {**OBJECT, "generation": 3}))
+
+    assert internal.create("/v1/things", OBJECT) == OBJECT  # created
+    assert internal.create("/v1/things", OBJECT) == OBJECT  # already there: the same answer
+    assert internal.update(f"/v1/things/{OBJECT['id']}", {"name": "x"}, generation=3)["generation"] == 3
+
+    create, again, put = server.requests
+    assert create.json == again.json == OBJECT
+    assert (put.method, put.json) == ("PUT", {"name": "x", "generation": 3})
+    assert all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in server.requests)
+    assert "Idempotency-Key" not in create.headers
+
+
+# -- deletes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [204, 202, 410])
+def test_a_public_delete_is_done_when_the_object_is_deleted(platform, server, status):
+    server.script(reply(status, OBJECT if status == 202 else problem(410, "gone") if status == 410 else None))
+
+    assert platform.delete("/v1/things/x") is None
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("kind", [PlatformClient, ClusterClient])
+def test_a_delete_retried_after_a_lost_answer_that_finds_it_deleted_is_done(make, server, kind):
+    server.script(drop(), reply(410, problem(410, "gone")))
+
+    assert make(kind).delete("/v1/things/x") is None
+    assert [r.method for r in server.requests] == ["DELETE", "DELETE"]
+
+
+@pytest.mark.parametrize("status", [204, 404, 410])
+def test_an_internal_delete_is_done_when_nothing_is_left(internal, server, status):
+    server.script(reply(status, None if status == 204 else problem(status, "x")))
+
+    assert internal.delete("/v1/things/x") is None
+
+
+def test_a_public_delete_of_nothing_in_the_account_raises(platform, server):
+    server.script(reply(404, problem(404, "not_found")))
+
+    with pytest.raises(ProblemError) as raised:
+        platform.delete("/v1/things/x")
+    assert (raised.value.status, raised.value.code) == (404, "not_found")
+
+
+# -- what is retried, what raises at once -------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 507])
+@pytest.mark.parametrize("kind", [PlatformClient, ClusterClient])
+def test_passing_faults_are_retried(make, server, kind, status):
+    server.script(reply(status, problem(status, "busy")), reply(200, OBJECT))
+
+    assert make(kind).get("/v1/things/x") == OBJECT
+    assert len(server.requests) == 2
+
+
+def test_a_409_in_flight_is_retried_and_any_other_409_raises_at_once(make, server):
+    client = make(PlatformClient)
+    in_flight, conflict = problem(409, "request_in_flight"), problem(409, "id_conflict")
+    server.script(reply(409, in_flight), reply(200, OBJECT), reply(409, conflict))
+
+    assert client.create("/v1/things", {"name": "a"}) == OBJECT
+    with pytest.raises(ProblemError) as raised:
+        client.create("/v1/things", {"name": "a"})
+    assert (raised.value.status, raised.value.code) == (409, "id_conflict")
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (422, problem(422, "validation_error", errors={"json": {"name": ["Missing data for required field."]}})),
+        (422, problem(422, "idempotency_key_reused")),
+        (400, problem(400, "invalid_idempotency_key")),
+        (401, problem(401, "unauthorized")),
+        (403, problem(403, "forbidden")),
+        (404, problem(404, "not_found")),
+        (410, problem(410, "gone")),
+        (413, problem(413, "payload_too_large")),
+        (415, None),
+    ],
+)
+@pytest.mark.parametrize("kind", [PlatformClient, ClusterClient])
+def test_a_refusal_raises_at_once_with_its_problem(make, server, kind, status, body):
+    server.script(reply(status, body), reply(201, OBJECT))
+    started = time.monotonic()
+
+    with pytest.raises(ProblemError) as raised:
+        make(kind).create("/v1/things", {"id": OBJECT["id"], "name": "main-db"})
+
+    assert len(server.requests) == 1
+    assert time.monotonic() - started < 1.0
+    error = raised.value
+    assert (error.status, error.problem) == (status, body or {})
+    assert error.code == (body or {}).get("code")
+    assert str(error).startswith(f"POST /v1/things: {status}")
+    if error.code == "validation_error":
+        assert error.problem["errors"]["json"]["name"]
+
+
+def test_retry_after_is_honoured(platform, server):
+    server.script(reply(503, problem(503, "unavailable"), headers={"Retry-After": "1"}), reply(200, OBJECT))
+
+    assert platform.get("/v1/things/x") == OBJECT
+    assert 0.9 <= server.gaps()[0] < 2.0
+
+
+def test_a_retry_after_beyond_retry_for_ends_the_call_with_that_answer(make, server):
+    client = make(PlatformClient, retry_for=2.0)
+    server.script(reply(503, problem(503, "unavailable"), headers={"Retry-After": "30"}), reply(200, OBJECT))
+    started = time.monotonic()
+
+    with pytest.raises(ProblemError) as raised:
+        client.get("/v1/things/x")
+
+    assert (raised.value.status, len(server.requests)) == (503, 1)
+    assert time.monotonic() - started < 1.0
+
+
+# -- how long it tries ------------------------------------------------------------------------------
+
+
+def test_a_fault_that_never_passes_raises_its_last_answer_once_retry_for_has_passed(make, server):
+    client = make(ClusterClient, retry_for=1.5)
+    server.script(reply(503, problem(503, "unavailable")))
+    started = time.monotonic()
+
+    with pytest.raises(ProblemError) as raised:
+        client.create("/v1/things", OBJECT)
+
+    elapsed = time.monotonic() - started
+    assert raised.value.status == 503
+    assert 1.5 <= elapsed < 1.5 + 1.0
+    assert len(server.requests) >= 3
+    assert len({r.body for r in server.requests}) == 1
+
+
+@pytest.mark.parametrize("kind", [PlatformClient, ClusterClient])
+def test_with_nothing_listening_it_gives_up_once_retry_for_has_passed(make, closed_port, kind):
+    client = make(kind, base_url=f"http://127.0.0.1:{closed_port}", retry_for=1.5, timeout=1.0)
+    started = time.monotonic()
+
+    with pytest.raises(NoAnswer) as raised:
+        client.create("/v1/things", {"id": OBJECT["id"]})
+
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 1.5 + 1.0 + 0.5  # the window, one attempt, and some slack
+    assert raised.value.reason == "connection failed"
+    assert raised.value.attempts >= 3
+    assert str(raised.value).startswith("POST /v1/things: connection failed")
+
+
+def test_a_server_that_never_answers_cannot_hold_the_caller(make, silent_port):
+    client = make(PlatformClient, base_url=f"http://127.0.0.1:{silent_port}", retry_for=1.0, timeout=0.3)
+    started = time.monotonic()
+
+    with pytest.raises(NoAnswer) as raised:
+        client.get("/v1/things/x")
+
+    assert raised.value.reason == "timed out"
+    assert 1.0 <= time.monotonic() - started < 1.0 + 0.3 + 1.0
+
+
+def test_retry_for_zero_is_one_attempt(make, server):
+    client = make(PlatformClient, retry_for=0)
+    server.script(drop(), reply(201, OBJECT))
+
+    with pytest.raises(NoAnswer):
+        client.create("/v1/things", {"name": "a"})
+    assert len(server.requests) == 1
+
+
+def test_the_callers_policy_backs_off_with_full_jitter_up_to_8_seconds():
+    policy = caller_policy(timeout=10.0, retry_for=60.0)
+
+    assert policy.backoff(1) == 0  # the first retry at once: a lost answer is the commonest fault
+    for failures in range(2, 9):
+        ceiling = min(8.0, 0.25 * 2 ** (failures - 1))
+        pauses = [policy.backoff(failures) for _ in range(500)]
+        assert 0 <= min(pauses) < ceiling * 0.2 and ceiling * 0.8 < max(pauses) <= ceiling
+    assert policy.longest_call() == 60.0 + 10.0 + 10.0  # the window, then one attempt (connect and read)
+    with pytest.raises(ValueError):
+        caller_policy(timeout=0, retry_for=1)
+
+
+# -- listings -------------------------------------------------------------------------------------------
+
+
+def pages(received):
+    """A listing of five items, two to a page, by the request's ``after``."""
+    query = parse_qs(urlsplit(received.path).query)
+    start = int(query.get("after", ["0"])[0])
+    items = [{"id": str(n)} for n in range(start + 1, min(start + 2, 5) + 1)]
+    return reply(200, {"items": items, "next_after": items[-1]["id"] if items[-1]["id"] != "5" else None})
+
+
+@pytest.mark.parametrize("kind", [PlatformClient, ClusterClient])
+def test_list_walks_every_page_with_its_filters(make, server, kind):
+    server.script(pages)
+
+    listed = make(kind).list("/v1/things", limit=2, include_deleted=True, owner=None)
+
+    assert [item["id"] for item in listed] == ["1", "2", "3", "4", "5"]
+    queries = [parse_qs(urlsplit(r.path).query) for r in server.requests]
+    assert [q.get("after") for q in queries] == [None, ["2"], ["4"]]
+    assert all(q["limit"] == ["2"] and q["include_deleted"] == ["true"] and "owner" not in q for q in queries)
+
+
+def test_find_by_idempotency_key_asks_without_a_body(platform, server):
+    server.script(reply(200, {"items": [OBJECT], "next_after": None}), reply(200, {"items": [], "next_after": None}))
+
+    assert platform.find_by_idempotency_key("/v1/things", "first db") == OBJECT
+    assert platform.find_by_idempotency_key("/v1/things", "never-used") is None
+
+    found, missing = server.requests
+    assert (found.method, found.body, urlsplit(found.path).path) == ("GET", b"", "/v1/things")
+    assert parse_qs(urlsplit(found.path).query) == {"idempotency_key": ["first db"]}
+    assert parse_qs(urlsplit(missing.path).query) == {"idempotency_key": ["never-used"]}
+
+
+# -- batches ----------------------------------------------------------------------------------------------
+
+ITEMS = [{"id": f"id-{n}"} for n in range(4)]
+
+
+def test_a_batch_answers_each_item_as_its_own_create_would(internal, server):
+    server.script(reply(200, {"results": [
+        {"status": 201, "object": ITEMS[0]},
+        {"status": 200, "object": ITEMS[1]},
+        {"status": 409, "problem": problem(409, "id_conflict")},
+        {"status": 422, "problem": problem(422, "validation_error")},
+    ]}))
+
+    results = internal.create_batch("/v1/things", ITEMS)
+
+    [sent] = server.requests
+    assert (sent.path, sent.json) == ("/v1/things/batch", {"items": ITEMS})
+    assert results[:2] == ITEMS[:2]
+    assert [(r.status, r.code) for r in results[2:]] == [(409, "id_conflict"), (422, "validation_error")]
+    assert str(results[2]).startswith("POST /v1/things/batch item 2: 409 id_conflict")
+
+
+def test_a_batch_answered_413_is_split_and_an_item_too_large_alone_is_its_own_refusal(internal, server):
+    def created(count):
+        return reply(200, {"results": [{"status": 201, "object": {}}] * count})
+
+    too_large = reply(413, problem(413, "payload_too_large"))
+    server.script(too_large, created(2), too_large, too_large, created(1))
+
+    results = internal.create_batch("/v1/things/batch", ITEMS)
+
+    assert [len(r.json["items"]) for r in server.requests] == [4, 2, 2, 1, 1]
+    assert results[:2] == [{}, {}] and results[3] == {}
+    assert (results[2].status, results[2].code) == (413, "payload_too_large")
+
+
+def test_a_batch_refused_whole_raises(internal, server):
+    server.script(reply(422, problem(422, "validation_error")))
+
+    with pytest.raises(ProblemError) as raised:
+        internal.create_batch("/v1/things", ITEMS)
+    assert raised.value.status == 422
+
+
+# -- light to import ------------------------------------------------------------------------------------------
+
+HEAVY = ("flask", "werkzeug", "flask_smorest", "sqlalchemy", "alembic", "marshmallow", "gevent", "psycopg2",
+         "psycogreen", "prometheus_client", "requests")
+
+
+def test_importing_the_clients_loads_no_service_stack():
+    """A caller's process needs urllib3 and uuid6, nothing of the services' web or database stack."""
+    program = (
+        "import json, sys\n"
+        "from platform_svc.client import PlatformClient, ProblemError\n"
+        "from cluster_svc.client import ClusterClient\n"
+        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+    )
+    loaded = set(json.loads(subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    ).stdout))
+
+    assert loaded & set(HEAVY) == set()
+    third_party = {name for name in loaded - set(sys.stdlib_module_names) if not name.startswith("_")}
+    assert third_party == {"cluster_svc", "platform_svc", "shared", "urllib3", "uuid6"}
+
+
+def test_the_packages_say_they_are_typed():
+    from pathlib import Path
+
+    import cluster_svc
+    import platform_svc
+    import shared
+
+    for package in (shared, platform_svc, cluster_svc):
+        assert (Path(package.__file__).parent / "py.typed").is_file()
