@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, assume, given, seed, settings
 from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
@@ -152,6 +152,11 @@ def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, d
             suppress_health_check=list(HealthCheck),
         )
         def check(case):
+            # A query parameter generated as an object goes out form-exploded, as key=value
+            # pairs, which can spell a valid query ({"idempotency_key": "k"} is the valid
+            # ?idempotency_key=k): what is sent is then no invalid request, and is not judged as one.
+            assume(mode is not GenerationMode.NEGATIVE
+                   or not any(isinstance(value, dict) for value in (case.query or {}).values()))
             # cluster_svc's one legitimate write on a 404: a DELETE of an unknown ID records its
             # tombstone. So the row a DELETE names is left out of the comparison.
             # (The ID is the path's last segment: path_parameters' order is not the path's.)
