@@ -16,13 +16,22 @@ HA_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) $(PYTHON))
 
 .PHONY: run run-ha test test-scale clean bench chaos
 
+# The Debian packages each of test, test-scale and run-ha needs (tooling/packages.py, the
+# one list; .ci/run gets them through make test and make test-scale): installed with
+# apt-get when missing and make runs as root, else named, and make stops.
+# `make packages-test PACKAGES_DRY_RUN=1` shows what a machine without them would run.
+PACKAGE_TARGETS := packages-test packages-test-scale packages-run-ha
+.PHONY: $(PACKAGE_TARGETS)
+$(PACKAGE_TARGETS):
+	$(PYTHON) -m tooling.packages $(@:packages-%=%)
+
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
 
 # The production shape on this machine (docs/scale-out.md): etcd, two Patroni
 # clusters, HAProxy, PgBouncer, 2 replicas of each service, 2 reconcilers.
 # Installs the Debian packages it needs (as root) and Patroni; Ctrl-C stops it all.
-run-ha: $(STAMP) $(HA_STAMP)
+run-ha: packages-run-ha $(STAMP) $(HA_STAMP)
 	$(BIN)/python -m tooling.ha
 
 # Patroni (PyPI) for run-ha and test-scale, in a virtualenv of its own on the
@@ -34,16 +43,19 @@ $(HA_STAMP):
 
 # On TEST_WORKERS processes (pytest-xdist; 0: this one only). --dist loadscope keeps a
 # module's tests on one worker: they share its pair, and a chaos module's last test
-# checks the databases every earlier one wrote to.
+# checks the databases every earlier one wrote to. --no-loadscope-reorder hands the
+# modules out in tests/conftest.py's order, the long ones first (pytest-xdist would
+# otherwise order them by their number of tests, and start the long ones last).
 TEST_WORKERS ?= 2
-test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+test: packages-test $(TEST_STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The heavy process tests of the production shape (tests/scale: PgBouncer in
 # transaction mode, several reconcilers, connections killed under the services),
 # one at a time. `make test` leaves them out (tests/conftest.py): they are
-# collected only when tests/scale is named, as here. They need Debian's pgbouncer.
-test-scale: $(TEST_STAMP) $(HA_STAMP)
+# collected only when tests/scale is named, as here. They need Debian's pgbouncer,
+# etcd-server and haproxy.
+test-scale: packages-test-scale $(TEST_STAMP) $(HA_STAMP)
 	$(BIN)/python -m pytest tests/scale $(PYTEST_ARGS)
 
 # Reinstall whenever the dependencies change.

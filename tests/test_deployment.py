@@ -1,7 +1,7 @@
 """docker-compose.yml runs the pair the way `make run` does, watched by Prometheus.
 
 No Docker engine runs here, so the file is checked as far as that allows:
-`docker-compose config` (Debian's docker-compose, which .ci/run installs)
+`docker-compose config` (Debian's docker-compose, which make test installs)
 validates it against the Compose schema, and the assertions below check that
 it wires what the run contract asks for. The Prometheus configuration and
 alert rules it ships are checked by promtool (Debian's prometheus package).
@@ -17,22 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tooling.testing import installed
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_SECRETS = {"INTERNAL_TOKEN": "compose-test-token", "GRAFANA_ADMIN_PASSWORD": "compose-test-password"}
 
 
 def _compose_config(environ):
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.skip("docker-compose is not installed (.ci/run installs it from Debian's packages)")
+    binary = installed("docker-compose")
     return subprocess.run([binary, "config", "-q"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
 
 
 def _promtool():
-    binary = shutil.which("promtool")
-    if binary is None:
-        pytest.skip("promtool is not installed (.ci/run installs Debian's prometheus package)")
-    return binary
+    return installed("promtool")
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ def project_copy(tmp_path: Path) -> Path:
 def make_run(pg_server_url: str, tmp_path: Path, argv: tuple[str, ...] = ("make", "run")) -> Iterator[DevRun]:
     """`make run` (or ``argv``) until its services answer; stopped (SIGTERM to its group) if the block left it running."""
     if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+        pytest.fail("make is not installed (Debian's make package)", pytrace=False)
     folder = project_copy(tmp_path)
     ports = {"PLATFORM_PORT": free_port(), "CLUSTER_PORT": free_port(), "RECONCILER_METRICS_PORT": free_port()}
     # As from a terminal, also when these tests run under `make test` (no sub-make).

@@ -20,7 +20,7 @@ MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TER
 def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> str:
     """The commands `make -n TARGET` would run in a fresh copy of the Makefile and its inputs."""
     if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+        pytest.fail("make is not installed (Debian's make package)", pytrace=False)
     for name in ("Makefile", "setup.cfg", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     for stamp in installed:  # made after the inputs, so up to date
@@ -64,3 +64,17 @@ def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topo
     assert ".venv-ha/bin/python -m pip install --quiet 'patroni[etcd3]'" in commands
     assert "[dev]" not in commands and "[test]" not in commands
     assert commands.rstrip().endswith(".venv/bin/python -m tooling.ha")
+
+
+@pytest.mark.parametrize("target", ["test", "test-scale", "run-ha"])
+def test_the_debian_packages_come_first_from_the_one_list(target, tmp_path):
+    commands = planned(target, tmp_path).splitlines()
+
+    assert commands[0] == f"python3 -m tooling.packages {target}"
+
+
+def test_ci_runs_exactly_the_readmes_test_commands_and_stops_at_a_failure():
+    script = (ROOT / ".ci" / "run").read_text()
+    commands = [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test", "make test-scale"]

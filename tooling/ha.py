@@ -45,7 +45,7 @@ from typing import Any
 import requests
 from sqlalchemy.engine import URL
 
-from tooling import embedded_pg
+from tooling import embedded_pg, packages
 from tooling.devrun import migrate_databases
 from tooling.pgbouncer import PgBouncer
 from tooling.testing import LiveServer, console_script, free_port
@@ -53,8 +53,6 @@ from tooling.testing import LiveServer, console_script, free_port
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path(os.environ.get("HA_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PATRONI = Path(os.environ.get("HA_PATRONI", str(ROOT / ".venv-ha" / "bin" / "patroni")))
-# The Debian packages this needs beyond PostgreSQL 15, by the command each brings.
-DEBIAN_PACKAGES = {"etcd": "etcd-server", "haproxy": "haproxy", "pgbouncer": "pgbouncer"}
 # Patroni's timings: its smallest ttl (20 s) is how long a dead leader keeps its key,
 # so a kill -9 of the primary is followed by about that long without one; a node
 # runs its loop every second.
@@ -434,6 +432,11 @@ class Topology:
         self.stop()
 
     def start(self, *, progress: Callable[[str], None] = lambda line: None) -> Topology:
+        # The Debian packages this needs beyond PostgreSQL 15 (tooling/packages.py installs them).
+        absent = packages.missing(packages.TARGETS["run-ha"])
+        if absent:
+            raise RuntimeError(f"the production shape needs the Debian packages {' '.join(absent)}: "
+                               "apt-get install them (make run-ha and make test-scale do, as root)")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.workdir.chmod(0o755)  # postgres must reach its folders inside
         (self.workdir / "tmp").mkdir(exist_ok=True)
@@ -723,26 +726,9 @@ def _unavailable_page() -> bytes:
 # -- make run-ha -------------------------------------------------------------------
 
 
-def missing_packages() -> list[str]:
-    return [package for command, package in DEBIAN_PACKAGES.items() if shutil.which(command) is None]
-
-
-def install_packages() -> None:
-    """The Debian packages that are missing, with apt-get when we are root; else say which are."""
-    missing = missing_packages()
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        sys.exit(f"make run-ha needs the Debian packages {' '.join(missing)}: apt-get install them (as root).")
-    print(f"Installing {' '.join(missing)} ...", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env, stdout=subprocess.DEVNULL)
-
-
 def main() -> int:
-    """``make run-ha``: the topology in .dev-ha (emptied first) until Ctrl-C or SIGTERM."""
-    install_packages()
+    """``make run-ha``: the topology in .dev-ha (emptied first) until Ctrl-C or SIGTERM.
+    The Debian packages it needs are make's to install (``tooling.packages``)."""
     if not PATRONI.exists():
         sys.exit(f"{PATRONI} is missing: `make run-ha` installs it (or set HA_PATRONI).")
     workdir = ROOT / ".dev-ha"

@@ -211,6 +211,20 @@ def stop_process_group(process: subprocess.Popen | None, sig: int, timeout: floa
         process.wait()
 
 
+def installed(command: str) -> str:
+    """The path of ``command``. Missing, the test fails (it never skips: a skipped test would
+    stand in for a check never made), naming the Debian package that brings it."""
+    from tooling import packages
+
+    path = packages.find(command)
+    if path is None:
+        import pytest
+
+        pytest.fail(f"{command} is not installed: it comes with Debian's {packages.package_of(command)} package,"
+                    " which make test installs when run as root (tooling/packages.py)", pytrace=False)
+    return path
+
+
 def console_script(name: str) -> str:
     """The path of a console script installed beside this interpreter."""
     return str(Path(sys.executable).with_name(name))

@@ -17,17 +17,14 @@ import requests
 import yaml
 
 from tests.e2e.conftest import TOKEN, cluster_body, wait_for
-from tooling.testing import console_script, free_port
+from tooling.testing import console_script, free_port, installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def prometheus_binary():
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus is not installed (.ci/run installs Debian's prometheus package)")
-    return binary
+    return installed("prometheus")
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from tooling.testing import fresh_database
 def bouncer(pg_server_url, tmp_path) -> Iterator[pgbouncer.PgBouncer]:
     """A PgBouncer in transaction mode in front of the run's PostgreSQL (Debian's package: .ci/run installs it)."""
     if pgbouncer.binary() is None:
-        pytest.fail("pgbouncer is not installed: apt-get install pgbouncer (.ci/run does)")
+        pytest.fail("pgbouncer is not installed: Debian's pgbouncer package, which make test-scale installs"
+                    " when run as root (tooling/packages.py)")
     with pgbouncer.PgBouncer(pg_server_url, tmp_path / "pgbouncer") as running:
         yield running
 
