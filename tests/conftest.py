@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,29 @@ def pg_server_url():
     """A PostgreSQL server (embedded, or TEST_DATABASE_URL) for the whole run."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture
+def closed_port():
+    """A port on 127.0.0.1 where nothing listens: bound, never listening, so connects are refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+@pytest.fixture
+def silent_port():
+    """A port where the kernel accepts connections but nobody ever reads or answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
 
 
 @pytest.hookimpl(wrapper=True)

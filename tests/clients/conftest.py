@@ -2,7 +2,6 @@
 HTTP server (tooling.scripted), and against nothing at all."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 
@@ -17,25 +16,3 @@ def server():
     finally:
         scripted.stop()
 
-
-@pytest.fixture
-def closed_port():
-    """A port on 127.0.0.1 where nothing listens: bound, never listening, so connects are refused."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
-
-
-@pytest.fixture
-def silent_port():
-    """A port where the kernel accepts connections but nobody ever reads or answers."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()

@@ -7,7 +7,6 @@ port, TCP connection). Times are only ever compared with generous bounds.
 """
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -74,28 +73,6 @@ def make_client(server):
 def client(make_client):
     return make_client(FAST)
 
-
-@pytest.fixture
-def closed_port():
-    """A port on 127.0.0.1 where nothing listens: bound, never listening, so connects are refused."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
-
-
-@pytest.fixture
-def silent_port():
-    """A port where the kernel accepts connections but nobody ever reads or answers."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
 
 
 def call(client: InternalClient, operation: Operation, path: str = "/clusters/c-1", body: dict | None = None) -> Answer:
