@@ -27,7 +27,6 @@ import schemathesis
 from hypothesis import HealthCheck, given, seed, settings
 from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from tooling.testing import (
@@ -97,7 +96,7 @@ def world(pair, pg_server_url):
         {"CLUSTER_DATABASE_URL": fuzzed_db, "INTERNAL_TOKEN": TOKEN},
         output=pair.workdir / "cluster_svc_fuzzed.log",
     ).start()
-    engine = create_engine(fuzzed_db, poolclass=NullPool)
+    engine = create_engine(fuzzed_db)  # kept connections, as the pair's: snapshots are thousands of reads
     try:
         yield World(pair, a, b, a_cluster, a_rule, b_cluster, b_rule, fuzzed, engine, mark, Counter())
     finally:
