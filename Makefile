@@ -43,10 +43,12 @@ $(HA_STAMP):
 
 # On TEST_WORKERS processes (pytest-xdist; 0: this one only). --dist loadscope keeps a
 # module's tests on one worker: they share its pair, and a chaos module's last test
-# checks the databases every earlier one wrote to.
+# checks the databases every earlier one wrote to. --no-loadscope-reorder hands the
+# modules out in tests/conftest.py's order, the long ones first (pytest-xdist would
+# otherwise order them by their number of tests, and start the long ones last).
 TEST_WORKERS ?= 2
 test: packages-test $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The heavy process tests of the production shape (tests/scale: PgBouncer in
 # transaction mode, several reconcilers, connections killed under the services),

@@ -91,8 +91,9 @@ def pytest_ignore_collect(collection_path, config):
 
 
 # Modules whose tests run long, handed out first: pytest-xdist's loadscope gives
-# whole modules to its workers in collection order, and one long module handed
-# out last keeps one worker busy while the other idles.
+# whole modules to its workers in collection order (with --no-loadscope-reorder, as
+# make test runs it; by default it orders them by their number of tests), and one
+# long module handed out last keeps one worker busy while the other idles.
 LONG_FIRST = ("tests/test_devrun.py", "tests/chaos/", "tests/e2e/")
 
 
