@@ -33,19 +33,24 @@ PACKAGES = {
     # primaries in etcd, HAProxy routes to them and balances the service replicas.
     "etcd-server": ("etcd",),
     "haproxy": ("haproxy",),
+    # The PostgreSQL Patroni runs (tooling/ha.py's HA_PG_BIN); Debian keeps its programs
+    # off PATH, so it is found by its path.
+    "postgresql-15": ("/usr/lib/postgresql/15/bin/postgres",),
 }
 # What each make target needs. test-scale runs tests/scale, which starts the production shape.
 TARGETS = {
     "test": ("docker-compose", "prometheus"),
-    "test-scale": ("pgbouncer", "etcd-server", "haproxy"),
-    "run-ha": ("etcd-server", "haproxy", "pgbouncer"),
+    "test-scale": ("pgbouncer", "etcd-server", "haproxy", "postgresql-15"),
+    "run-ha": ("etcd-server", "haproxy", "pgbouncer", "postgresql-15"),
 }
 # Debian puts daemons in sbin, which is not on every user's PATH.
 SYSTEM_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
 
 def find(command: str) -> str | None:
-    """The path of ``command``: on PATH, or in the system's own folders."""
+    """The path of ``command``: itself when it is one, on PATH, or in the system's own folders."""
+    if os.path.isabs(command):
+        return command if os.access(command, os.X_OK) else None
     found = shutil.which(command)
     if found:
         return found
