@@ -579,7 +579,7 @@ class Topology:
         for name, database in self.databases.items():
             direct = embedded_pg.ensure_database(database.url, name)
             self.direct_urls[name] = direct
-            env[f"{name.upper()}_DATABASE_URL"] = direct
+            env[f"{name.removesuffix('_svc').upper()}_DATABASE_URL"] = direct  # PLATFORM_DATABASE_URL, ...
         migrate_databases({**os.environ, **env})
         for name in self.databases:
             self.database_urls[name] = self._pooled(name, self.direct_urls[name])
