@@ -16,6 +16,7 @@ import schemathesis
 from hypothesis import strategies as st
 
 from tooling.pair import Pair
+from tooling.scripted import ScriptedServer
 from tooling.testing import postgres_server
 
 
@@ -35,6 +36,16 @@ def pg_server_url():
     """A PostgreSQL server (embedded, or TEST_DATABASE_URL) for the whole run."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture
+def server():
+    """A scripted HTTP server (tooling.scripted) the test tells what to answer."""
+    scripted = ScriptedServer().start()
+    try:
+        yield scripted
+    finally:
+        scripted.stop()
 
 
 @pytest.fixture

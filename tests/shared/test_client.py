@@ -23,7 +23,7 @@ from shared.client import (
     classify,
     encode,
 )
-from tooling.scripted import Action, Received, ScriptedServer, drop, reply
+from tooling.scripted import Action, Received, drop, reply
 
 TOKEN = "t0ken-for-tests"
 
@@ -43,15 +43,6 @@ ONE_RETRY = ClientPolicy(
 SLOW_READS = ClientPolicy(
     connect_timeout=1.0, read_timeout=0.3, retries=1, backoff_factor=0.01, backoff_max=0.05, backoff_jitter=0.0
 )
-
-
-@pytest.fixture
-def server():
-    scripted = ScriptedServer().start()
-    try:
-        yield scripted
-    finally:
-        scripted.stop()
 
 
 @pytest.fixture
