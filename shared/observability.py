@@ -71,7 +71,8 @@ def register_observability(
     readiness = _Readiness(database)
     # Readiness first: a scrape then says whether the database answers before
     # the database's own gauges try it.
-    registry = metrics.scrape_registry([metrics.ReadyCollector(readiness.check), *collectors])
+    collectors = (metrics.ReadyCollector(readiness.check), *collectors)
+    registry = metrics.scrape_registry(collectors)
     recorder = _Recorder(metrics)
 
     @app.before_request
@@ -101,7 +102,7 @@ def register_observability(
             request_id.unbind(token)
 
     api.register_blueprint(_operations_blueprint(registry, metrics.exposition, internal_token.encode(), readiness))
-    app.extensions["observability"] = {"service": service, "registry": registry}
+    app.extensions["observability"] = {"service": service, "registry": registry, "collectors": collectors}
 
 
 class _Recorder:
