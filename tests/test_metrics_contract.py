@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OBSERVABILITY = ROOT / "docs" / "observability.md"
 UNREACHABLE_DATABASE = "postgresql+psycopg2://nobody@127.0.0.1:1/nothing"  # never connected to here
 EVERY_METRIC_WITH_IT = "every metric with it"  # the docs' row for a label shared by many metrics
+METRICS_SECTION = "The metrics (names and labels are a contract)"
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def code(cell: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def documented() -> dict[str, Metric]:
-    rows = table(section(OBSERVABILITY, "The metrics (names and labels are a contract)"), "metric", "type", "labels", "from")
+    rows = table(section(OBSERVABILITY, METRICS_SECTION), "metric", "type", "labels", "from")
     found = {}
     for row in rows:
         [name] = code(row["metric"])
@@ -161,7 +162,7 @@ def documented() -> dict[str, Metric]:
 
 @pytest.fixture(scope="module")
 def documented_values(documented) -> dict[tuple[str, str], set[str]]:
-    rows = table(section(OBSERVABILITY, "The metrics (names and labels are a contract)"), "metric", "label", "values")
+    rows = table(section(OBSERVABILITY, METRICS_SECTION), "metric", "label", "values")
     found = {}
     for row in rows:
         [label] = code(row["label"])
@@ -239,9 +240,13 @@ def metric_names(expr: str) -> set[str]:
 def test_metric_names_are_read_from_promql():
     assert metric_names('(sum(sync_repair_leader) or vector(0)) != 1') == {"sync_repair_leader"}
     assert metric_names(
-        'sum by (job) (rate(http_requests_total{status=~"5..",route!~"/readyz"}[5m])) / sum by (job) (rate(up[5m])) > 1e-2'
+        'sum by (job) (rate(http_requests_total{status=~"5..",route!~"/readyz"}[5m]))'
+        " / sum by (job) (rate(up[5m])) > 1e-2"
     ) == {"http_requests_total", "up"}
-    assert metric_names("histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m]))) > scalar(max(y))") == {"x_bucket", "y"}
+    assert metric_names("histogram_quantile(0.99, sum by (le) (rate(x_bucket[5m]))) > scalar(max(y))") == {
+        "x_bucket",
+        "y",
+    }
 
 
 def queries() -> Iterator[tuple[str, str]]:
