@@ -19,9 +19,10 @@ PUSH_OPERATIONS = ("create", "update", "delete")
 PUSH_OUTCOMES = ("done", "transient", "permanent")
 REPAIR_FINDINGS = ("missing", "behind", "ahead", "diverged", "undeleted", "deleted_downstream", "orphan")
 
-# The values each metric's labels after ``resource`` may take: a typo must
-# fail loudly in tests rather than start a series no dashboard shows.
-_ALLOWED = {
+# The values each metric's labels after ``resource`` may take, in the order of
+# its labels: a typo must fail loudly in tests rather than start a series no
+# dashboard shows (and docs/observability.md lists them, tests/test_metrics_contract.py).
+ALLOWED_VALUES = {
     "IDEMPOTENT_CREATES": (CREATE_OUTCOMES,),
     "IDEMPOTENT_UPDATES": (UPDATE_OUTCOMES,),
     "IDEMPOTENT_DELETES": (DELETE_OUTCOMES,),
@@ -61,7 +62,7 @@ def _count(metric: str, resource: str, *labels: str) -> None:
     if child is None:
         from shared import metrics
 
-        for value, allowed in zip(labels, _ALLOWED[metric], strict=True):
+        for value, allowed in zip(labels, ALLOWED_VALUES[metric], strict=True):
             if value not in allowed:
                 raise ValueError(f"{metric}: {value!r} is not one of {allowed}")
 

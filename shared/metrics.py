@@ -12,7 +12,7 @@ up. A worker that dies leaves its file behind, so nothing it counted is lost.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     REGISTRY,
@@ -23,6 +23,7 @@ from prometheus_client import (
     generate_latest,
     values,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -53,6 +54,34 @@ SYNC_PUSHES = Counter(
     "sync_pushes", "Pushes to cluster_svc, inline or by the reconciler, by answer.", ["resource", "operation", "outcome"]
 )
 SYNC_REPAIRS = Counter("sync_repairs", "Drift found by repair passes, by finding.", ["resource", "finding"])
+
+
+class ReadyCollector:
+    """``ready``: 1 while the service is ready (``/readyz`` would answer 200), else 0; read at each scrape.
+
+    ``/metrics`` keeps answering while the database is down (it serves the
+    counters and leaves the database's gauges out), so whether a scrape
+    succeeded says nothing about readiness: an alert on it needs this series,
+    which runs the same check as ``/readyz`` (one ``SELECT 1``, at most a couple
+    of seconds) whenever Prometheus scrapes.
+    """
+
+    def __init__(self, ready: Callable[[], bool]) -> None:
+        self.ready = ready
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter((self._family(),))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        family.add_metric([], 1.0 if self.ready() else 0.0)
+        return iter((family,))
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "ready", "1 while the service's database answers SELECT 1 within 2 s (/readyz answers 200), else 0."
+        )
 
 
 def multiprocess() -> bool:

@@ -10,7 +10,8 @@
   body, no header other than the request ID);
 - ``GET /healthz`` (alive), ``GET /readyz`` (the database answers) and
   ``GET /metrics`` (internal token required, whatever the service's own
-  authentication is).
+  authentication is), whose ``ready`` gauge says what ``/readyz`` would
+  (``/metrics`` itself answers with the database down, so an alert needs it).
 """
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def register_observability(
     from shared import metrics  # here, not at import: see shared.metrics
 
     metrics.check_storage()
+    readiness = _Readiness(database)
+    # Readiness first: a scrape then says whether the database answers before
+    # the database's own gauges try it.
+    collectors = (metrics.ReadyCollector(readiness.check), *collectors)
     registry = metrics.scrape_registry(collectors)
     recorder = _Recorder(metrics)
 
@@ -96,8 +101,8 @@ def register_observability(
         if token is not None:
             request_id.unbind(token)
 
-    api.register_blueprint(_operations_blueprint(registry, metrics.exposition, internal_token.encode(), database))
-    app.extensions["observability"] = {"service": service, "registry": registry}
+    api.register_blueprint(_operations_blueprint(registry, metrics.exposition, internal_token.encode(), readiness))
+    app.extensions["observability"] = {"service": service, "registry": registry, "collectors": collectors}
 
 
 class _Recorder:
@@ -135,10 +140,9 @@ class _Recorder:
 
 
 def _operations_blueprint(
-    registry: Any, exposition: Callable[[Any], tuple[bytes, str]], token: bytes, database: Database
+    registry: Any, exposition: Callable[[Any], tuple[bytes, str]], token: bytes, readiness: _Readiness
 ) -> flask_smorest.Blueprint:
     blp = flask_smorest.Blueprint("operations", __name__, description="Health, readiness and metrics")
-    readiness = _Readiness(database)
 
     @blp.route("/healthz")
     @blp.doc(security=[])

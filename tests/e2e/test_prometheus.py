@@ -144,7 +144,12 @@ def test_prometheus_scrapes_both_services_and_the_reconciler(pair, prometheus):
         "SyncPushesFailingTransiently",
         "TombstonesOutliveTheHorizon",
         "RepairLeaderNotOne",
+        "ServiceNotReady",
+        "ServiceAnswers5xx",
     }
+    # What ServiceNotReady reads: each service's readiness, scraped beside its counters.
+    ready = _query(prometheus, "ready")
+    assert {dict(labels)["job"]: value for labels, value in ready.items()} == {"platform_svc": 1.0, "cluster_svc": 1.0}
     # What that alert compares: cluster_svc's oldest tombstone per resource, and its horizon.
     oldest = _query(prometheus, "max by (resource) (tombstone_oldest_seconds)")
     assert {dict(labels)["resource"] for labels in oldest} == {"cluster", "firewall_rule"}

@@ -1,4 +1,4 @@
-"""/readyz follows the database; /healthz only the process.
+"""/readyz, and the `ready` gauge /metrics serves, follow the database; /healthz only the process.
 
 The services run on a PostgreSQL of this test's own, which it stops and
 starts again (the fault itself, not a mock).
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
@@ -46,10 +47,21 @@ def readyz(server):
     return requests.get(f"{server.url}/readyz", timeout=10)
 
 
-def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(database_server, services):
+def ready_gauge(server) -> float | None:
+    """The `ready` gauge of a scrape (None: not served); the scrape itself must succeed."""
+    answer = requests.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    values = [s.value for f in text_string_to_metric_families(answer.text) for s in f.samples if s.name == "ready"]
+    return values[0] if values else None
+
+
+def test_readyz_and_the_ready_gauge_say_not_ready_while_the_database_is_down_and_ready_once_it_is_back(
+    database_server, services
+):
     for server in services.values():
         ok = readyz(server)
         assert (ok.status_code, ok.json()) == (200, {"status": "ok"})
+        assert ready_gauge(server) == 1.0
 
     embedded_pg.stop(database_server)
 
@@ -60,8 +72,11 @@ def test_readyz_answers_503_while_the_database_is_down_and_200_once_it_is_back(d
         assert int(down.headers["Retry-After"]) > 0
         assert "X-Request-ID" in down.headers
         assert requests.get(f"{server.url}/healthz", timeout=10).status_code == 200  # alive all the same
+        # /metrics still answers (an alert cannot go by the scrape failing); its gauge says not ready.
+        assert ready_gauge(server) == 0.0
 
     embedded_pg.start(Path(database_server.pgdata))
 
     for name, server in services.items():
         wait_for(lambda s=server: readyz(s).status_code == 200, what=f"{name} ready again")
+        assert ready_gauge(server) == 1.0
