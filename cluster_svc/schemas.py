@@ -137,11 +137,24 @@ def list_args_schema(declaration: Declaration) -> type:
     return type(f"{declaration.camel}ListArgs", (ListArgs,), {declaration.owner: ObjectId(load_default=None)})
 
 
+def write_args_schema(declaration: Declaration) -> type | None:
+    """A root's PUT and DELETE query: the owner the caller expects (None for a child, whose
+    path names its ancestors)."""
+    if not declaration.owner:
+        return None
+    owner = ObjectId(
+        load_default=None,
+        metadata={"description": "Change it only if this team owns it: another team's object answers 409 "
+                                 "id_conflict, and nothing changes"},
+    )
+    return type(f"{declaration.camel}WriteArgs", (InputSchema,), {declaration.owner: owner})
+
+
 @functools.cache
 def route_schemas(resource: Resource) -> dict[str, type]:
     """Every body of one resource's routes, by role, named after its key (``FirewallRulePage``),
     derived once from its declaration: ``create``, ``update``, ``out``, ``list_args`` (the query
-    of its collection's listing), the pages, the batch bodies and the bulk listing's."""
+    of its collection's listing), ``write_args`` (a root's PUT and DELETE query, else None), the pages, the batch bodies and the bulk listing's."""
     declaration, owner = resource.declaration, resource.root.declaration.owner
     name, create, out = declaration.camel, create_schema(declaration), out_schema(declaration)
     batch_create, batch_results = batch_schemas(create, out, name)
@@ -158,6 +171,7 @@ def route_schemas(resource: Resource) -> dict[str, type]:
         "update": update_schema(declaration),
         "out": out,
         "list_args": list_args_schema(declaration),
+        "write_args": write_args_schema(declaration),
         "page": page_schema(out, f"{name}Page"),
         "batch_create": batch_create,
         "batch_results": batch_results,

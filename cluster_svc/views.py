@@ -275,6 +275,12 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
 def _item_routes(blp: Blueprint, resource: Resource) -> None:
     schemas, words = route_schemas(resource), resource.words
     under = [child.words + "s" for child in resource.children]
+    write_args = schemas["write_args"]
+    elsewhere = (
+        f"The ID names a {words} under another {resource.parent.words} (id_conflict); nothing changed"
+        if resource.parent is not None
+        else f"The ID names another team's {words} (id_conflict); nothing changed"
+    )
 
     class Item(MethodView):
         @blp.response(200, schemas["out"])
@@ -290,13 +296,15 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     db_session=db_session, resource=resource, object_id=object_id, horizon=horizon(), scope=scope
                 )
 
+        @(blp.arguments(write_args(), location="query", arg_name="owned_by") if write_args else unchanged)
         @blp.arguments(schemas["update"]())
         @blp.response(200, schemas["out"], description="The current state, whether applied or stale")
         @blp.problem(404, "Never existed")
+        @blp.problem(409, elsewhere)
         @blp.problem(410, "Deleted (gone), or no row and an ID older than the horizon (id_expired)")
         @documented(f"Update a {words}'s mutable fields if the generation is newer than the stored one.")
-        def put(self, body, **path_ids):
-            object_id, scope = _ids(resource, path_ids)
+        def put(self, body, owned_by=None, **path_ids):
+            object_id, scope = _ids(resource, path_ids, owned_by)
             values = dict(body)
             generation = values.pop("generation")
             with transaction() as db_session:
@@ -306,17 +314,19 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                 )
             return updated(resource, row, applied)
 
+        @(blp.arguments(write_args(), location="query", arg_name="owned_by") if write_args else unchanged)
         @blp.response(204, description="Deleted")
         @blp.problem(404, "Never existed; a tombstone is recorded" if resource.parent is None
                      else f"Never existed (a tombstone is recorded), or no such {resource.parent.words}")
+        @blp.problem(409, elsewhere)
         @blp.problem(410, "Already deleted (gone), or no row and an ID older than the horizon: nothing is "
                           "recorded (id_expired)")
         @documented(
             f"Delete a {words}" + (f" and its {' and '.join(under)}" if under else "")
             + " (soft delete; the ID stays taken)."
         )
-        def delete(self, **path_ids):
-            object_id, scope = _ids(resource, path_ids)
+        def delete(self, owned_by=None, **path_ids):
+            object_id, scope = _ids(resource, path_ids, owned_by)
             with transaction() as db_session:
                 outcome = mark_deleted(
                     db_session=db_session, resource=resource, object_id=object_id, horizon=horizon(), scope=scope
@@ -349,13 +359,18 @@ def _bulk_listing(blp: Blueprint, resource: Resource) -> None:
     blp.route(f"/{resource.segment}", endpoint=f"{resource.key}_bulk")(Bulk)
 
 
-def _ids(resource: Resource, path_ids: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The object's ID and the scope (its ancestors' IDs by column) a route's URL variables give.
+def _ids(
+    resource: Resource, path_ids: dict[str, Any], owned_by: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The object's ID and the scope a route gives: its ancestors' IDs by column (its URL variables),
+    and a root's owner when a write names it (``owned_by``: the query's ``team_id``).
 
     :raise ValidationFailed: one of them is a UUIDv7 from the future.
     """
     refuse_future_ids(path_ids.values(), "path")
-    return path_ids[resource.path_variable], resource.scope_from_path(path_ids)
+    scope = resource.scope_from_path(path_ids)
+    scope.update((name, value) for name, value in (owned_by or {}).items() if value is not None)
+    return path_ids[resource.path_variable], scope
 
 
 def _ancestors_of(resource: Resource, scope: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import click
 
 from platform_svc import Settings, create_app
 from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
+from platform_svc.models import RESOURCES
 from platform_svc.purge import purger
 from shared import config
 from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
@@ -26,6 +28,7 @@ main = service_group(
 )
 
 DEFAULTS = ReconcilerOptions()
+_RESOURCE_NAMES = [resource.segment for resource in RESOURCES]  # as in the API's paths: clusters, firewall-rules
 
 
 def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -114,6 +117,24 @@ def repair(dry_run: bool, page_size: int) -> None:
     _echo_while_read(report.summary(dry_run=dry_run))
 
 
+def _retry_failed(
+    database: Any, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None
+) -> dict[Any, list[Any]]:
+    """``--retry-failed``: every resource's outcomes (platform_svc.retry), by resource."""
+    from platform_svc.retry import retry_failed
+    from shared.client import ClientPolicy
+
+    settings = Settings.from_env()
+    resource = next((r for r in RESOURCES if r.segment == resource_name), None)
+    client = settings.client(ClientPolicy(pool_size=1))
+    try:
+        outcomes = retry_failed(database, client, resource=resource, reason=reason, object_id=object_id)
+    finally:
+        client.close()
+    return {r: [o for o in outcomes if o.resource is r] for r in RESOURCES if resource is None or r is resource
+            or (object_id is not None and r in resource.descendants)}
+
+
 def _echo_while_read(line: object) -> None:
     """Print a line; once the reader has gone (``| head``), stop printing but carry on.
 
@@ -158,26 +179,39 @@ def create_account(name: str, as_json: bool) -> None:
 
 @main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")
 @click.option(
-    "--retry-failed", is_flag=True, help="Put every failed row back in line for the reconciler (committed first)."
+    "--retry-failed", is_flag=True,
+    help="Re-check failed rows against cluster_svc and put back in line those that are still the platform's to"
+    " push (committed first); the others stay failed, saying why.",
+)
+@click.option(
+    "--resource", "resource_name", type=click.Choice(_RESOURCE_NAMES), help="With --retry-failed: only this resource's rows."
+)
+@click.option(
+    "--reason", help="With --retry-failed: only rows whose failure reason contains this text (any case)."
+)
+@click.option(
+    "--id", "object_id", type=click.UUID, help="With --retry-failed: only this object, and its failed children."
 )
 @click.option(
     "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per resource."
 )
 @fail_fast
 @quiet_on_closed_pipe
-def sync_status(retry_failed: bool, limit: int) -> None:
+def sync_status(
+    retry_failed: bool, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None, limit: int
+) -> None:
     from platform_svc.status import format_age, read_status
-    from platform_svc.models import RESOURCES
-    from platform_svc.sync import requeue_failed, stalled_after
+    from platform_svc.sync import stalled_after
     from shared.db import Database
 
+    if not retry_failed and (resource_name or reason or object_id):
+        raise click.UsageError("--resource, --reason and --id narrow --retry-failed; give it too.")
     database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
     requeued = {}
     if retry_failed:
         # Committed before anything is printed: whoever reads the output (or
         # stops reading it) cannot undo it.
-        with database.begin() as db_session:
-            requeued = {resource: requeue_failed(db_session=db_session, resource=resource) for resource in RESOURCES}
+        requeued = _retry_failed(database, resource_name, reason, object_id)
     threshold = stalled_after()
     with database.engine.connect() as db_session:
         reports = [
@@ -187,7 +221,10 @@ def sync_status(retry_failed: bool, limit: int) -> None:
     for resource, report in zip(RESOURCES, reports):
         name = f"{resource.words}s"
         if resource in requeued:
-            click.echo(f"{name}: {requeued[resource]} failed rows put back in line")
+            retried = requeued[resource]
+            click.echo(f"{name}: {sum(r.requeued for r in retried)} failed rows put back in line")
+            for left in (r for r in retried if not r.requeued):
+                click.echo(f"  left failed {left.object_id}: {left.why}")
         counts = report.counts
         oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
         click.echo(

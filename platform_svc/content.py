@@ -11,6 +11,11 @@ it holds exactly them.
 Values are compared as they travel (JSON): the platform's row is dumped by
 its public output schema, cluster_svc's answer is what its output schema
 dumped, so a network, a UUID or a number is spelled the same on both sides.
+
+What the platform checks of cluster_svc's copy (:func:`expected`) is those
+fields *and the object's ancestry* (a child's parents' IDs): a copy under
+another parent, of another team or with another immutable field is not this
+object, whatever its generation says (:func:`fixed_differing`).
 """
 from __future__ import annotations
 
@@ -52,38 +57,44 @@ def owned(resource: Resource) -> frozenset[str]:
     return frozenset(declaration.fields) | ({declaration.owner} if declaration.owner else set())
 
 
+def expected(resource: Resource, row: RowMapping) -> dict[str, Any]:
+    """What cluster_svc's copy of ``row`` must show, besides its ID and generation: every field the
+    platform owns (:func:`fields`) and its ancestors' IDs."""
+    return {**fields(resource, row), **{column: str(row[column]) for column in resource.scope_columns}}
+
+
+@functools.cache
+def compared(resource: Resource) -> frozenset[str]:
+    """The names :func:`expected` gives."""
+    return owned(resource) | frozenset(resource.scope_columns)
+
+
 @functools.cache
 def mutable(resource: Resource) -> frozenset[str]:
     """The fields an update can change."""
     return frozenset(resource.declaration.mutable)
 
 
-def differing(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
-    """The names of ``ours`` whose value ``theirs`` spells otherwise (a field ``theirs`` lacks is not compared)."""
-    return sorted(name for name, value in ours.items() if name in theirs and theirs[name] != value)
+def fixed_differing(resource: Resource, row: RowMapping, theirs: Mapping[str, Any]) -> list[str]:
+    """What no update can change and cluster_svc's copy holds otherwise: its ancestry, its owner or an
+    immutable field (a name the copy lacks counts as differing: it proves nothing)."""
+    mutable_names = mutable(resource)
+    return sorted(
+        name for name, value in expected(resource, row).items()
+        if name not in mutable_names and theirs.get(name, _MISSING) != value
+    )
 
 
-def ahead(row: RowMapping, answer: Any) -> int | None:
-    """cluster_svc's generation, when its answer to a create or update shows a state that push did not set.
+_MISSING = object()
 
-    That is: its generation is above the one sent (a stale update, or a
-    create replayed onto a newer copy), or it is the one sent with other
-    fields than were sent (someone wrote that generation behind the
-    platform's back). Such an answer confirms nothing: the platform owns the
-    fields, so it moves past that generation and pushes them again. A lower
-    generation is not ahead: it is what cluster_svc had (a create replayed
-    onto an older copy), and the update follows.
-    """
-    theirs = answer.body
-    if not isinstance(theirs, Mapping) or not isinstance(theirs.get("generation"), int):
-        return None
-    generation = theirs["generation"]
-    if generation > row["generation"]:
-        return generation
-    sent = {name: value for name, value in (answer.sent or {}).items() if name not in PLATFORM_OWNED}
-    if generation == row["generation"] and differing(sent, theirs):
-        return generation
-    return None
+
+def mutable_differing(resource: Resource, row: RowMapping, theirs: Mapping[str, Any]) -> list[str]:
+    """The mutable fields cluster_svc's copy holds otherwise (or lacks)."""
+    names = mutable(resource)
+    return sorted(
+        name for name, value in expected(resource, row).items()
+        if name in names and theirs.get(name, _MISSING) != value
+    )
 
 
 @functools.cache

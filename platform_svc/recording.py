@@ -11,11 +11,12 @@ three rules:
   must not free a row another pusher has claimed since;
 - ``synced_generation`` only moves forward (``greatest``), so a late answer
   cannot undo a newer one;
-- only a state the push itself set is confirmed: an answer showing cluster_svc
-  *ahead* (a higher generation, or the same one with other fields:
-  :func:`platform_svc.content.ahead`) moves the row's generation past
-  cluster_svc's and leaves it due at once, so the platform's fields go down
-  again above it.
+- only what an answer proves is confirmed (:func:`change_for`): an answer
+  showing cluster_svc *ahead* (a higher generation, or the same one with other
+  mutable fields) moves the row's generation past cluster_svc's and leaves it
+  due at once, so the platform's fields go down again above it; one showing
+  another object under the row's ID (another parent, team or immutable
+  field) fails the row, saying which.
 
 A row that fails for good while it was never created downstream takes its
 waiting descendants with it (:func:`fail_waiting_descendants`, right after
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -47,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.content import ahead
+from platform_svc import content
 from shared.client import Answer, Outcome
 from shared.registry import Resource
 
@@ -93,34 +94,85 @@ class Change:
     reason: str | None = None  # for sync_error: the answer's, or why it confirmed nothing
 
 
-def change_for(row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
-    """The change ``answer`` makes to ``row``: the one judgement of an answer, made once by the pusher.
+def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
+    """The change ``answer`` makes to ``row``: the one judgement of an answer, made once by the pusher,
+    and the only place a row is confirmed (so the only way it becomes ``synced``).
+
+    A row is confirmed only by an answer that proves it (docs/design.md, "synced
+    is a proof"): a create or update by cluster_svc's copy in the answer's body,
+    alive, this object's (its ancestry, its owner and its immutable fields the
+    platform's), at this row's generation with the platform's mutable fields
+    (:func:`_judged_copy`); a delete by a 204, or by a 404 or 410 that is
+    cluster_svc's own problem (it refuses, 409, a delete of an object under
+    another parent or of another team, so those mean "not alive there").
 
     An inline push is a bonus attempt: its transient failure leaves the row due
-    at once for the reconciler, without spending one of its attempts. An
-    answer showing cluster_svc ahead of what was pushed confirms nothing.
+    at once for the reconciler, without spending one of its attempts.
     """
     if answer.outcome is Outcome.DONE:
         if row["deleted_at"] is not None:
-            return Change(DELETE_CONFIRMED, reason=answer.reason)
-        theirs = ahead(row, answer)
-        if theirs is not None:
-            reason = (
-                f"ahead: cluster_svc holds generation {theirs} with fields this push did not set;"
-                f" pushing the platform's fields again at generation {max(row['generation'], theirs + 1)}"
-            )
-            return Change(AHEAD, confirmed=theirs, reason=reason)
-        return Change(CONFIRMED, confirmed=(answer.body or {}).get("generation", row["generation"]), reason=answer.reason)
+            doubt = _delete_doubt(answer)
+            if doubt is None:
+                return Change(DELETE_CONFIRMED, reason=answer.reason)
+            return _try_again(row, f"{answer.reason}: {doubt}", retry, inline=inline)
+        return _judged_copy(resource, row, answer, retry, inline=inline)
     if answer.outcome is Outcome.PERMANENT:
         # A create or update refused because the row was deleted meanwhile (a
         # 410 because its cluster was deleted, say) is judged on the row as it
         # is now: the delete is what is wanted and goes next, so the row stays
         # pending. A refused delete is a failure like any other.
         return Change(FAILED if row["deleted_at"] is not None else FAILED_UNLESS_DELETED, reason=answer.reason)
+    return _try_again(row, answer.reason, retry, inline=inline)
+
+
+# The problems with which cluster_svc answers a delete of an object it does not hold alive there.
+_NOT_ALIVE_THERE = frozenset({"not_found", "gone", "id_expired"})
+
+
+def _delete_doubt(answer: Answer) -> str | None:
+    """Why a delete's answer does not prove the object is gone there, or None when it does."""
+    if answer.status == 204:
+        return None
+    body = answer.body
+    if isinstance(body, Mapping) and body.get("code") in _NOT_ALIVE_THERE:
+        return None
+    return "not cluster_svc's own answer about this object, so it proves nothing; trying again"
+
+
+def _judged_copy(resource: Resource, row: RowMapping, answer: Answer, retry: RetryPolicy, *, inline: bool) -> Change:
+    """A create's or update's success, judged by the copy its body shows."""
+    theirs = answer.body
+    generation = theirs.get("generation") if isinstance(theirs, Mapping) else None
+    if not isinstance(generation, int) or isinstance(generation, bool) or theirs.get("id") != str(row["id"]):
+        return _try_again(row, f"{answer.reason}: the answer did not show the object, so it proves nothing",
+                          retry, inline=inline)
+    if theirs.get("deleted_at") is not None:
+        return Change(FAILED_UNLESS_DELETED, reason=f"{answer.reason}: cluster_svc answered with a deleted copy")
+    fixed = content.fixed_differing(resource, row, theirs)
+    if fixed:
+        # Another parent, another team or another immutable field: not this object, and no update changes it.
+        return Change(FAILED_UNLESS_DELETED, reason=(
+            f"diverged: cluster_svc holds {row['id']} with another {', '.join(fixed)} at generation {generation};"
+            " no update can change it, so a person decides"
+        ))
+    if generation > row["generation"] or (
+        generation == row["generation"] and content.mutable_differing(resource, row, theirs)
+    ):
+        reason = (
+            f"ahead: cluster_svc holds generation {generation} with fields this push did not set;"
+            f" pushing the platform's fields again at generation {max(row['generation'], generation + 1)}"
+        )
+        return Change(AHEAD, confirmed=generation, reason=reason)
+    # At the row's generation: confirmed. Below it (a create replayed onto an older copy): what
+    # cluster_svc holds is confirmed, the row stays pending, and the update follows.
+    return Change(CONFIRMED, confirmed=generation, reason=answer.reason)
+
+
+def _try_again(row: RowMapping, reason: str, retry: RetryPolicy, *, inline: bool) -> Change:
     if inline:
-        return Change(DUE_NOW, reason=answer.reason)
+        return Change(DUE_NOW, reason=reason)
     attempts = row["attempts"] + 1
-    return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts), reason=answer.reason)
+    return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts), reason=reason)
 
 
 def record(*, db_session: Connection, resource: Resource, row: RowMapping, change: Change) -> RowMapping:

@@ -18,11 +18,13 @@ route. The findings (``sync_repairs_total``'s ``finding`` label):
   database restored from an older backup, a hand edit): the platform owns the
   fields, so its generation moves past cluster_svc's and its fields are
   pushed there, and later updates apply again.
-- ``diverged``: the same generation, other fields (compared: every field the
-  platform pushes, immutable ones too, as :mod:`platform_svc.content` derives
-  them from the schemas). Mutable ones: pushed again at a higher generation.
-  An immutable one no update can change: the row is marked ``failed``, naming
-  the fields, for a person to decide.
+- ``diverged``: other fields (compared: every field the platform pushes,
+  immutable ones too, and the object's ancestry, as :mod:`platform_svc.content`
+  derives them from the declaration). What no update can change (an
+  immutable field, the owner, the parent) is compared whatever the
+  generations say, so ``ahead``/``behind`` never hide it: the row is marked
+  ``failed``, naming the fields, for a person to decide. Mutable ones, at
+  the same generation: pushed again at a higher generation.
 - ``undeleted``: deleted and confirmed here, alive there: the delete is pushed again.
   A deleted object's tombstone is checked whatever became of its parent (a
   rule's tombstone under a deleted cluster too): ``missing`` re-sends the
@@ -83,7 +85,8 @@ FINDINGS = REPAIR_FINDINGS
 PAGE_SIZE = 500  # the most cluster_svc's listing answers at once
 
 DELETED_DOWNSTREAM = (
-    "deleted in cluster_svc while alive on the platform; IDs are never reused, so it cannot be re-created"
+    "deleted in cluster_svc while alive on the platform; IDs are never reused, so it cannot be re-created:"
+    " delete it on the platform (its children go with it), then retry it (sync-status --retry-failed --id)"
 )
 
 
@@ -138,7 +141,7 @@ class Downstream:
     def __init__(self, client: InternalClient, resource: Resource, page_size: int) -> None:
         self.client = client
         self.listing = listing(resource)
-        self.owned = content.owned(resource)
+        self.compared = content.compared(resource)
         self.owner = resource.root.declaration.owner  # the bulk listing gives every object its tree's owner
         self.page_size = page_size
         self.position: uuid.UUID | None = None
@@ -160,26 +163,53 @@ class Downstream:
         return items
 
     def _fetch(self, after: uuid.UUID | None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
-        path = f"{self.listing}?include_deleted=true&limit={self.page_size}"
-        if after is not None:
-            path += f"&after={after}"
-        answer = self.client.read(path)
-        if answer.status != 200 or not isinstance(answer.body, dict):
-            raise RepairError(f"could not read cluster_svc's listing: {answer.reason}")
-        items = []
-        for item in answer.body["items"]:
-            owner = item.get(self.owner)
-            items.append(
-                {
-                    "id": uuid.UUID(item["id"]),
-                    "generation": item["generation"],
-                    "alive": item["deleted_at"] is None,
-                    "owner": uuid.UUID(owner) if owner else None,
-                    "fields": {name: value for name, value in item.items() if name in self.owned},
-                }
-            )
-        next_after = answer.body.get("next_after")
-        return items, uuid.UUID(next_after) if next_after else None
+        return read_listing(self.client, self.listing, self.compared, self.owner, after, self.page_size)
+
+
+def read_listing(
+    client: InternalClient, path: str, compared: frozenset[str], owner: str, after: uuid.UUID | None, limit: int
+) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
+    """One page of cluster_svc's bulk read after ``after``, tombstones included: each object's
+    generation, whether it is alive, its tree's owner and the ``compared`` fields; and the next cursor.
+
+    :raise RepairError: cluster_svc did not answer the page.
+    """
+    path = f"{path}?include_deleted=true&limit={limit}"
+    if after is not None:
+        path += f"&after={after}"
+    answer = client.read(path)
+    if answer.status != 200 or not isinstance(answer.body, dict):
+        raise RepairError(f"could not read cluster_svc's listing: {answer.reason}")
+    items = []
+    for item in answer.body["items"]:
+        owned_by = item.get(owner)
+        items.append(
+            {
+                "id": uuid.UUID(item["id"]),
+                "generation": item["generation"],
+                "alive": item["deleted_at"] is None,
+                "owner": uuid.UUID(owned_by) if owned_by else None,
+                "fields": {name: value for name, value in item.items() if name in compared},
+            }
+        )
+    next_after = answer.body.get("next_after")
+    return items, uuid.UUID(next_after) if next_after else None
+
+
+def copy_of(client: InternalClient, resource: Resource, object_id: uuid.UUID) -> dict[str, Any] | None:
+    """cluster_svc's copy of one object wherever it lies (under any parent, of any team, tombstone
+    or not), as :class:`Downstream` hands it out; None when cluster_svc has no row for it.
+
+    Read from the bulk listing, whose keyset cursor is exclusive: the page of one
+    that starts right after the ID before this one.
+
+    :raise RepairError: cluster_svc did not answer.
+    """
+    before = uuid.UUID(int=object_id.int - 1) if object_id.int > 1 else None  # (the nil UUID is no cursor)
+    items, _ = read_listing(
+        client, listing(resource), content.compared(resource), resource.root.declaration.owner, before, 1
+    )
+    return next((item for item in items if item["id"] == object_id), None)
 
 
 # -- the platform side (each function takes the session, never commits) -----------------
@@ -212,13 +242,20 @@ def judge(
 ) -> str | None:
     """The finding for one platform row and cluster_svc's copy of it, if any.
 
-    Generations first (``behind``, ``ahead``), then, with ``resource``, the
-    content at the same generation (``diverged``). A deleted object whose ID
-    is past the horizon may have been purged by cluster_svc: its tombstone
-    missing there is the bound holding, not drift.
+    With ``resource``, what no update can change is compared first, whatever
+    the generations say: a live copy under another parent, of another team
+    or with another immutable field is ``diverged`` (never hidden behind
+    ``ahead`` or ``behind``, nor taken for an ``undeleted`` copy of a deleted
+    row). Then generations (``behind``, ``ahead``), then the mutable fields at
+    the same generation (``diverged``). A deleted object whose ID is past the
+    horizon may have been purged by cluster_svc: its tombstone missing there is
+    the bound holding, not drift.
     """
     if row["sync_state"] != "synced":
         return None
+    if theirs is not None and theirs["alive"] and resource is not None:
+        if content.fixed_differing(resource, row, theirs["fields"]):
+            return "diverged"
     if row["deleted_at"] is None:
         if theirs is None:
             return "missing"
@@ -226,7 +263,7 @@ def judge(
             return "deleted_downstream"
         if theirs["generation"] != row["generation"]:
             return "behind" if theirs["generation"] < row["generation"] else "ahead"
-        if resource is not None and content.differing(content.fields(resource, row), theirs["fields"]):
+        if resource is not None and content.mutable_differing(resource, row, theirs["fields"]):
             return "diverged"
         return None
     if theirs is None:
@@ -287,8 +324,11 @@ def requeue(
 
 
 def differing_fields(resource: Resource, row: RowMapping, theirs: dict[str, Any]) -> list[str]:
-    """The fields the platform owns that cluster_svc's copy spells otherwise."""
-    return content.differing(content.fields(resource, row), theirs["fields"])
+    """What cluster_svc's copy holds otherwise of what the platform owns: its fields and its ancestry."""
+    return sorted(
+        content.fixed_differing(resource, row, theirs["fields"])
+        + content.mutable_differing(resource, row, theirs["fields"])
+    )
 
 
 def _past_theirs(resource: Resource, row: RowMapping, finding: str, theirs: dict[str, Any]) -> dict[str, Any]:
@@ -296,7 +336,7 @@ def _past_theirs(resource: Resource, row: RowMapping, finding: str, theirs: dict
     so the pusher sends its fields there; or, for an immutable field that differs, ``failed``."""
     generation = theirs["generation"]
     if finding == "diverged":
-        fixed = sorted(set(differing_fields(resource, row, theirs)) - content.mutable(resource))
+        fixed = content.fixed_differing(resource, row, theirs["fields"])
         if fixed:
             return {
                 "sync_failed_at": func.now(),

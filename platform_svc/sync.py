@@ -72,6 +72,15 @@ def item_url(resource: Resource, row: RowMapping) -> str:
     return f"/v1{resource.item_path(row)}"
 
 
+def write_url(resource: Resource, row: RowMapping) -> str:
+    """Where an update or delete of ``row`` goes: its path (which names its ancestors) and, for a
+    root, the owner it must have there. cluster_svc refuses (409) a write to an object that is not
+    the platform's (another team's, or under another parent), so a write held back after an
+    ``id_conflict`` can never change another team's object."""
+    owner = resource.declaration.owner
+    return f"{item_url(resource, row)}?{owner}={row['account_id']}" if owner else item_url(resource, row)
+
+
 # Inline creates one flush holds at most (with cluster_svc's body limit), and the
 # least of a request's inline budget left for a call to be worth making.
 INLINE_BATCH = 100
@@ -106,10 +115,10 @@ def push(
     so a change to a lost object still converges.
     """
     if row["deleted_at"] is not None:
-        return client.delete(item_url(resource, row))  # 404 counts as done: nothing to delete there
+        return client.delete(write_url(resource, row))  # 404 and 410 count as done: not alive there
     if row["synced_generation"] == 0:
         return client.create(collection_url(resource, row), body or create_body(resource, row), deadline=deadline)
-    answer = client.update(item_url(resource, row), update_body(resource, row))
+    answer = client.update(write_url(resource, row), update_body(resource, row))
     if answer.status == 404:
         log.info("%s %s is missing downstream: creating it again", resource.words, row["id"])
         return client.create(collection_url(resource, row), create_body(resource, row))
@@ -204,17 +213,6 @@ def _backed_off(table: Table) -> Any:
     return select(table.c.id).where(
         table.c.sync_state == "pending", table.c.attempts > 0, table.c.next_attempt_at > func.now()
     )
-
-
-def requeue_failed(*, db_session: Connection, resource: Resource) -> int:
-    """Put every failed row back in line (after an operator fixed the cause)."""
-    table = resource.table
-    stmt = (
-        update(table)
-        .where(table.c.sync_state == "failed")
-        .values(sync_failed_at=None, attempts=0, next_attempt_at=func.now(), lease_until=None)
-    )
-    return db_session.execute(stmt).rowcount
 
 
 @dataclass(frozen=True)
@@ -314,7 +312,7 @@ class Pusher:
                 )
                 for index, answer in zip(indexes, pushed):
                     answers[index] = answer
-        changes = [change_for(row, answer, self.retry, inline=True) for row, answer in zip(rows, answers)]
+        changes = [change_for(resource, row, answer, self.retry, inline=True) for row, answer in zip(rows, answers)]
         with self.database.begin() as db_session:
             recorded = record_many(db_session=db_session, resource=resource, rows=rows, changes=changes)
         return [(answer, change, row, skip is None) for answer, change, row in zip(answers, changes, recorded)]
@@ -339,7 +337,7 @@ class Pusher:
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
-                change = change_for(row, answer, self.retry, inline=True)
+                change = change_for(resource, row, answer, self.retry, inline=True)
             elif is_create(row):
                 # With the creates in flight in this worker: one batch call, one UPDATE recording them.
                 body = create_body(resource, row)
@@ -355,7 +353,7 @@ class Pusher:
                 answer = push(self.client, resource, row)
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
-                change = change_for(row, answer, self.retry, inline=True)
+                change = change_for(resource, row, answer, self.retry, inline=True)
                 self._pushed(resource, row, answer, change)
             with self.database.begin() as db_session:
                 recorded = record(db_session=db_session, resource=resource, row=row, change=change)
@@ -384,7 +382,7 @@ class Pusher:
                 release_many(db_session=db_session, resource=resource, rows=rows)
             return None
         answers = push_creates(self.client, resource, rows) if len(rows) > 1 else [push(self.client, resource, rows[0])]
-        changes = [change_for(row, answer, self.retry, inline=False) for row, answer in zip(rows, answers)]
+        changes = [change_for(resource, row, answer, self.retry, inline=False) for row, answer in zip(rows, answers)]
         for row, answer, change in zip(rows, answers, changes):
             self._pushed(resource, row, answer, change)
         with self.database.begin() as db_session:

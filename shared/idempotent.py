@@ -391,7 +391,8 @@ def apply_update(
     A stale or repeated update changes nothing and returns the current row, so
     updates delivered late or twice can never move an object backwards.
 
-    :raise NotFound: no such object (within ``scope``).
+    :raise IdConflict: the ID names an object outside ``scope``: nothing changes.
+    :raise NotFound: no such object.
     :raise IdExpired: none, and its ID is older than the horizon.
     :raise Gone: it was deleted.
     """
@@ -410,6 +411,7 @@ def apply_update(
     row = db_session.execute(stmt).mappings().first()
     if row is not None:
         return row, True
+    _refuse_elsewhere(db_session, resource, object_id, scope)
     return get_live(db_session=db_session, resource=resource, object_id=object_id, horizon=horizon, scope=scope), False
 
 
@@ -431,14 +433,16 @@ def mark_deleted(
     same: whoever checks that every deleted ID holds one (platform_svc's
     drift repair re-sends a delete it finds missing) finds it.
 
-    :raise NotFound: the object belongs to another parent, or its parent does
-        not exist (a tombstone needs an existing parent).
+    :raise IdConflict: the ID names an object outside ``scope`` (under another
+        parent, or of another owner when ``scope`` names one): nothing changes.
+    :raise NotFound: its parent does not exist (a tombstone needs an existing parent).
     :raise IdExpired: no row has the ID, which is older than the horizon
         (or the parent has none, and its ID is).
     """
     table = resource.table
     if soft_delete(db_session, resource, [table.c.id == object_id, *_scope_clauses(table, scope)]):
         return Deletion.DELETED
+    _refuse_elsewhere(db_session, resource, object_id, scope)
     if horizon.expired(object_id):
         # Never inserted: the row, if there is one, decides (410 gone), else 410 id_expired.
         _read(db_session, resource, object_id, scope, horizon)
@@ -455,6 +459,30 @@ def mark_deleted(
         return Deletion.ALREADY_DELETED
     soft_delete(db_session, resource, [table.c.id == object_id])
     return Deletion.DELETED
+
+
+def _refuse_elsewhere(db_session: Connection, resource: Resource, object_id: Any, scope: Mapping[str, Any] | None) -> None:
+    """A write naming an object where it is not (a rule under another cluster, another team's
+    cluster) changes nothing there: the caller's object is not that one.
+
+    Read only when the write's own conditional statement missed, so the usual
+    write pays nothing for it.
+
+    :raise IdConflict: the ID's row lies outside ``scope``, naming the columns that differ.
+    """
+    if not scope:
+        return
+    table = resource.table
+    row = db_session.execute(select(*(table.c[name] for name in scope)).where(table.c.id == object_id)).mappings().first()
+    if row is None:
+        return
+    conflicts = [
+        {"field": name, "stored": _jsonable(row[name]), "sent": _jsonable(value)}
+        for name, value in scope.items()
+        if row[name] != value
+    ]
+    if conflicts:
+        raise IdConflict(resource.words, object_id, conflicts)
 
 
 def list_live(

@@ -382,3 +382,45 @@ def test_deleting_a_cluster_leaves_other_clusters_rules_alone(client, engine, cl
 
     assert client.get(f"/v1/clusters/{other['id']}/firewall-rules/{kept['id']}").status_code == 200
     assert db_row(engine, "firewall_rules", kept["id"])["deleted_at"] is None
+
+
+# A write that names the owner it expects (the platform's always do) -------------------
+
+
+def test_delete_naming_another_team_is_an_id_conflict_and_leaves_the_cluster(client, engine, cluster):
+    """Another team's object under the same ID (caller-assigned IDs): a held-back delete of the
+    platform's never reaches it."""
+    stranger = str(uuid.uuid4())
+
+    response = client.delete(f"/v1/clusters/{cluster['id']}?team_id={stranger}")
+
+    problem = assert_problem(response, 409, "id_conflict")
+    assert problem["conflicts"] == [{"field": "team_id", "stored": cluster["team_id"], "sent": stranger}]
+    assert db_row(engine, "clusters", cluster["id"])["deleted_at"] is None
+
+
+def test_put_naming_another_team_is_an_id_conflict_and_changes_nothing(client, engine, cluster):
+    before = db_row(engine, "clusters", cluster["id"])
+
+    response = client.put(f"/v1/clusters/{cluster['id']}?team_id={uuid.uuid4()}", json=update_body(5, name="taken"))
+
+    assert_problem(response, 409, "id_conflict")
+    assert db_row(engine, "clusters", cluster["id"]) == before
+
+
+def test_writes_naming_the_owner_apply(client, engine, cluster):
+    owner = cluster["team_id"]
+
+    assert client.put(f"/v1/clusters/{cluster['id']}?team_id={owner}", json=update_body(2, name="b")).status_code == 200
+    assert client.delete(f"/v1/clusters/{cluster['id']}?team_id={owner}").status_code == 204
+    assert_problem(client.delete(f"/v1/clusters/{cluster['id']}?team_id={owner}"), 410, "gone")
+
+
+def test_delete_of_a_never_seen_id_naming_its_owner_records_the_owner_on_the_tombstone(client, engine):
+    never_seen, owner = uuid.uuid4(), str(uuid.uuid4())
+
+    assert_problem(client.delete(f"/v1/clusters/{never_seen}?team_id={owner}"), 404, "not_found")
+
+    assert str(db_row(engine, "clusters", never_seen)["team_id"]) == owner
+    assert_problem(client.delete(f"/v1/clusters/{never_seen}?team_id={owner}"), 410, "gone")
+    assert_problem(client.delete(f"/v1/clusters/{never_seen}?team_id={uuid.uuid4()}"), 409, "id_conflict")

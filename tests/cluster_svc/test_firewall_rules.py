@@ -329,13 +329,14 @@ def test_put_of_an_unknown_rule_is_404_and_creates_nothing(client, engine, clust
     assert db_row(engine, "firewall_rules", missing) is None
 
 
-def test_put_under_another_cluster_is_404_and_changes_nothing(client, engine, cluster, rule):
+def test_put_under_another_cluster_is_an_id_conflict_and_changes_nothing(client, engine, cluster, rule):
     other = new_cluster(client)
     before = db_row(engine, "firewall_rules", rule["id"])
 
     response = client.put(rule_url(other["id"], rule["id"]), json={"generation": 2, "description": "x"})
 
-    assert_problem(response, 404, "not_found")
+    problem = assert_problem(response, 409, "id_conflict")
+    assert problem["conflicts"] == [{"field": "cluster_id", "stored": cluster["id"], "sent": other["id"]}]
     assert db_row(engine, "firewall_rules", rule["id"]) == before
 
 
@@ -393,9 +394,20 @@ def test_delete_of_an_unknown_rule_under_a_deleted_cluster_is_410_like_get_and_r
     assert db_row(engine, "firewall_rules", rule_id)["deleted_at"] is not None
 
 
-def test_delete_under_another_cluster_is_404_and_leaves_the_rule(client, engine, cluster, rule):
+def test_delete_under_another_cluster_is_an_id_conflict_and_leaves_the_rule(client, engine, cluster, rule):
     other = new_cluster(client)
 
-    assert_problem(client.delete(rule_url(other["id"], rule["id"])), 404, "not_found")
+    problem = assert_problem(client.delete(rule_url(other["id"], rule["id"])), 409, "id_conflict")
+    assert problem["conflicts"] == [{"field": "cluster_id", "stored": cluster["id"], "sent": other["id"]}]
     assert db_row(engine, "firewall_rules", rule["id"])["deleted_at"] is None
     assert client.get(rule_url(cluster["id"], rule["id"])).status_code == 200
+
+
+def test_delete_under_a_deleted_cluster_of_a_rule_living_elsewhere_is_an_id_conflict(client, engine, cluster, rule):
+    """The old path of a rule moved under another cluster: its cluster's tombstone does not make the
+    delete look done (410); the rule lives on, and the caller is told where it is not."""
+    old = new_cluster(client)
+    assert client.delete(f"/v1/clusters/{old['id']}").status_code == 204
+
+    assert_problem(client.delete(rule_url(old["id"], rule["id"])), 409, "id_conflict")
+    assert db_row(engine, "firewall_rules", rule["id"])["deleted_at"] is None

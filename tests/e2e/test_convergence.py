@@ -348,7 +348,7 @@ def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(fresh_
 
 @pytest.mark.parametrize("reader", ["closed", "head"])
 def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(fresh_pair, reader):
-    pair = fresh_pair  # of its own: it stops cluster_svc, and --retry-failed puts back every failed row
+    pair = fresh_pair  # of its own: it stops cluster_svc, and --retry-failed retries every failed row
     pair.stop_cluster_svc()
     failed = create_pending(pair, 1)[0]
     with pair.platform_engine.begin() as conn:
@@ -356,6 +356,7 @@ def test_sync_status_retry_failed_commits_and_exits_0_when_the_pipe_closes(fresh
             text("UPDATE clusters SET sync_failed_at = now(), sync_error = 'POST /v1/clusters: 422' WHERE id = :id"),
             {"id": failed},
         )
+    pair.restart_cluster_svc()  # a retry re-checks each row there first
     argv = [console_script("platform-svc"), "sync-status", "--retry-failed"]
     env = {**os.environ, **pair.platform_env}
 

@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import text
 
 from tests.e2e.conftest import cluster_body, wait_for
 from tooling.faultproxy import FaultProxy
@@ -120,7 +121,17 @@ def test_a_permanent_conflict_fails_the_row_and_sync_status_can_requeue_it(fresh
     [listed] = [line for line in status.stdout.splitlines() if doomed["id"] in line]
     assert "failed" in listed and "id_conflict" in listed
 
-    requeued = pair.cli("sync-status", "--retry-failed")
+    kept = pair.cli("sync-status", "--retry-failed")  # the squatter is still there: nothing to retry
+
+    assert kept.returncode == 0, kept.stderr
+    assert "clusters: 0 failed rows put back in line" in kept.stdout
+    assert f"left failed {doomed['id']}: not retried" in kept.stdout and "region, team_id" in kept.stdout
+    assert pair.cluster_svc_rows("clusters")[doomed["id"]]["region"] == "us-west-2"
+
+    assert pair.internal("DELETE", f"/v1/clusters/{doomed['id']}").status_code == 204  # its owner gives it up
+    with pair.cluster_engine.begin() as conn:  # and a person removes the tombstone, freeing the ID
+        conn.execute(text("DELETE FROM clusters WHERE id = :id"), {"id": doomed["id"]})
+    requeued = pair.cli("sync-status", "--retry-failed", "--reason", "id_conflict")
 
     assert requeued.returncode == 0, requeued.stderr
     assert "clusters: 1 failed rows put back in line" in requeued.stdout

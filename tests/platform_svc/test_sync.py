@@ -20,7 +20,8 @@ from platform_svc import services
 from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
 from platform_svc.recording import RetryPolicy
 from platform_svc.models import RESOURCES
-from platform_svc.sync import Claim, Pusher, claim_due, requeue_failed
+from platform_svc.retry import retry_failed
+from platform_svc.sync import Claim, Pusher, claim_due
 from shared.client import Answer, ClientPolicy, InternalClient, Outcome
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
@@ -379,9 +380,9 @@ def fail_permanently(platform_database, refusing_pusher, object_id):
     assert push_claimed(refusing_pusher, CLUSTER, row)["sync_state"] == "failed"
 
 
-def requeue(platform_database):
-    with platform_database.begin() as db_session:
-        return requeue_failed(db_session=db_session, resource=CLUSTER)
+def requeue(platform_database, live_pusher):
+    """What ``sync-status --retry-failed`` does: re-check against cluster_svc, then put back in line."""
+    return sum(r.requeued for r in retry_failed(platform_database, live_pusher.client, resource=CLUSTER))
 
 
 def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
@@ -399,7 +400,7 @@ def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
     assert (response.get_json()["sync_state"], response.get_json()["generation"]) == ("failed", 2)
     assert db_row(downstream_engine, "clusters", created["id"]) is None  # not pushed
 
-    assert requeue(platform_database) >= 1
+    assert requeue(platform_database, live_pusher) >= 1
     reconcile_once(live_pusher)
 
     downstream = db_row(downstream_engine, "clusters", created["id"])
@@ -418,7 +419,7 @@ def test_a_delete_of_a_failed_cluster_answers_202_then_converges_once_requeued(
 
     assert response.status_code == 202
     assert response.get_json()["sync_state"] == "failed"
-    requeue(platform_database)
+    requeue(platform_database, live_pusher)
     reconcile_once(live_pusher)
     assert db_row(downstream_engine, "clusters", created["id"])["deleted_at"] is not None  # a tombstone there
     assert db_row(platform_database.engine, "clusters", created["id"])["sync_state"] == "synced"
