@@ -6,9 +6,11 @@ are limited to about 100 bytes).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -24,6 +26,7 @@ def start(pgdata: Path):
         warnings.simplefilter("ignore")
         import pgserver
 
+        _ensure_system_user()
         # Stopping is ours to do: pgserver's own reference counting leaves the
         # server running for ever once a process holding it was killed.
         server = pgserver.get_server(pgdata, cleanup_mode=None)
@@ -31,6 +34,22 @@ def start(pgdata: Path):
         # even after stop(): make sure the server really runs.
         server.ensure_postgres_running()
         return server
+
+
+def _ensure_system_user() -> None:
+    """As root, pgserver runs PostgreSQL as a system user ``pgserver`` it adds with
+    ``useradd`` the first time. Processes that start servers at once on a new machine
+    (pytest-xdist's workers) raced there: two ``useradd`` runs, a data directory
+    chowned to a uid that the other one's run replaced, and initdb failing for one
+    worker's whole share of the suite. The first one adds the user under a lock every
+    process on the machine takes; the others find it added."""
+    if os.geteuid() != 0:
+        return
+    from pgserver.utils import ensure_user_exists
+
+    with open(Path(tempfile.gettempdir()) / "pgserver-useradd.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists("pgserver")
 
 
 def stop(server, *, delete: bool = False) -> None:
