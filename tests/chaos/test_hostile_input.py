@@ -314,8 +314,9 @@ ATTACKS = [
     internal("A's rule ID under B's cluster", "POST", "/v1/clusters/{b_cluster}/firewall-rules", 409,
              json={"id": "{a_rule}", "cidr": "10.0.0.0/8"}),
     internal("GET A's rule under B's cluster", "GET", A_RULE_UNDER_B, 404),
-    internal("PUT A's rule under B's cluster", "PUT", A_RULE_UNDER_B, 404, json={"generation": 9, "description": "x"}),
-    internal("DELETE A's rule under B's cluster", "DELETE", A_RULE_UNDER_B, 404),
+    # A write naming a rule where it is not is refused as the conflict it is (the ID is taken elsewhere).
+    internal("PUT A's rule under B's cluster", "PUT", A_RULE_UNDER_B, 409, json={"generation": 9, "description": "x"}),
+    internal("DELETE A's rule under B's cluster", "DELETE", A_RULE_UNDER_B, 409),
     *(
         internal(f"generation {value!r}", "PUT", A_CLUSTER, 422,
                  json={"generation": value, "name": "x", "plan": "hobby-0", "storage_gb": 10})
