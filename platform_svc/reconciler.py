@@ -19,6 +19,8 @@ waiting on a backoff due.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -32,12 +34,15 @@ from typing import Any
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
+from platform_svc.passes import record_pass
 from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared import config, request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
 log = logging.getLogger(__name__)
+
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"  # who ran a pass, as the console shows it
 
 # What an outage probe asks of cluster_svc: one page of one object of the first root resource,
 # a cheap read that needs the token and the database.
@@ -278,6 +283,8 @@ class Reconciler:
                         return states
                     if states != reported:
                         _log_states(states - reported)
+                        # What the console's overview shows as the reconciler's last pass: this burst.
+                        record_pass(self.pusher.database, "reconcile", PROCESS, _states_line(states - reported))
                         reported = Counter(states)
                     self._nudge.wait(self.settings.idle_interval)
                     self._nudge.clear()
@@ -358,7 +365,11 @@ def count_failed(pusher: Pusher) -> int:
 
 
 def _log_states(states: Counter[str]) -> None:
-    log.info("reconciled: %s", ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
+    log.info("%s", _states_line(states))
+
+
+def _states_line(states: Counter[str]) -> str:
+    return "reconciled: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
 
 def _log_failure(what: str, exc: Exception) -> None:
