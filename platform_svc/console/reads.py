@@ -6,7 +6,9 @@ Each function takes the session and never commits; the views own the transaction
 """
 from __future__ import annotations
 
+import re
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -131,19 +133,32 @@ def rows_needing_a_person(
     return rows, None
 
 
-def failure_reasons(*, db_session: Connection, resource: Resource) -> list[tuple[str, int]]:
-    """The failed rows grouped by their reason's head (up to its first ``:`` or ``;``), most first:
-    what "retry all" offers, one button per reason."""
+def failure_reasons(*, db_session: Connection, resource: Resource, texts: int = 500) -> list[tuple[str, int]]:
+    """The failed rows grouped by reason (:func:`reason_of`), most first: what "retry all" offers,
+    one button per reason. Read from the ``texts`` most common error texts."""
     table = resource.table
-    head = func.btrim(func.substring(table.c.sync_error, r"^[^:;]*"))
     rows = db_session.execute(
-        select(head.label("reason"), func.count().label("n"))
+        select(table.c.sync_error, func.count().label("n"))
         .where(table.c.sync_state == "failed")
-        .group_by(head)
-        .order_by(func.count().desc(), head)
-        .limit(20)
+        .group_by(table.c.sync_error)
+        .order_by(func.count().desc())
+        .limit(texts)
     ).all()
-    return [(row.reason or "", row.n) for row in rows]
+    reasons: Counter[str] = Counter()
+    for row in rows:
+        reasons[reason_of(row.sync_error or "")] += row.n
+    return sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+
+
+def reason_of(error: str) -> str:
+    """A failure's reason, as text ``--reason`` finds again: a leading word (``parent_failed: ...``),
+    else the answer's status and problem code (``POST /v1/...: 409 id_conflict: ...``), else the
+    text up to its first ``:`` or ``;``."""
+    head = re.split(r"[:;]", error, maxsplit=1)[0].strip()
+    if re.fullmatch(r"[a-z_]+", head):
+        return head
+    answer = re.search(r"\b\d{3} [a-z_]+\b", error)
+    return answer.group(0) if answer else head[:100]
 
 
 # One object, both sides -------------------------------------------------------------------
