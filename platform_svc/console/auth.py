@@ -140,6 +140,11 @@ class ConsoleSessions(SecureCookieSessionInterface):
             return self.session_class()  # the API's requests: no key, no signature to check
         return super().open_session(app, request)
 
+    def save_session(self, app: Flask, session, response) -> None:
+        if not session and not session.modified:
+            return  # the API's requests: nothing to write, and nothing to look up for it
+        super().save_session(app, session, response)
+
     def get_cookie_secure(self, app: Flask) -> bool:
         return request.is_secure
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import text
+from sqlalchemy import func, text
 
 from platform_svc.cli import main
+from platform_svc.console import reads
 from platform_svc.console.auth import create_operator
-from tests.platform_svc.conftest import TOKEN
+from platform_svc.models import RESOURCES
+from tests.platform_svc.conftest import TOKEN, cluster_body
 
 PAGES = ["/console/", "/console/rows", "/console/repair", "/console/rows?state=failed"]
 FORMS = ["/console/retry", "/console/repair", "/console/logout"]
@@ -144,3 +148,49 @@ def test_create_operator_prints_a_one_time_secret_that_opens_the_console(app, pl
     assert revoked.exit_code == 0, revoked.output
     with pytest.raises(AssertionError):
         logged_in(app, (name, created["secret"]))
+
+
+# What the rows page reads (platform_svc.console.reads), by calling it -----------------------
+
+
+def failed(client, platform_database, n, reason):
+    """``n`` new clusters of the client's account marked failed with ``reason``, as the pusher marks one."""
+    resource = next(iter(RESOURCES))
+    ids = [client.post("/v1/clusters", json=cluster_body(name=f"paged-{i}")).get_json()["id"] for i in range(n)]
+    with platform_database.begin() as db_session:
+        db_session.execute(
+            resource.table.update().where(resource.table.c.id.in_(ids))
+            .values(sync_failed_at=func.now(), sync_error=reason)
+        )
+    return resource, sorted(uuid.UUID(i) for i in ids)
+
+
+def test_the_rows_come_a_page_at_a_time_in_id_order_after_the_cursor(client, platform_database):
+    reason = f"POST /v1/clusters: 409 id_conflict: paging {uuid.uuid4()}"
+    resource, ids = failed(client, platform_database, 5, reason)
+    pages, after = [], None
+    with platform_database.engine.connect() as db_session:
+        while True:
+            rows, after = reads.rows_needing_a_person(
+                db_session=db_session, resource=resource, stalled_after=timedelta(hours=1), state="failed",
+                reason=reason[-36:].upper(), after=after, limit=2,
+            )
+            pages.append([row["id"] for row in rows])
+            if after is None:
+                break
+
+    assert pages == [ids[0:2], ids[2:4], ids[4:5]]
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        ("POST /v1/clusters: 409 id_conflict: cluster 0190 already exists", "409 id_conflict"),
+        ("parent_failed: 01900000-0000-7000-8000-000000000123 id_conflict", "parent_failed"),
+        ("deleted in cluster_svc while alive on the platform; IDs are never reused", "deleted in cluster_svc while"
+         " alive on the platform"),
+    ],
+)
+def test_a_failure_is_grouped_by_text_retry_all_finds_again(error, reason):
+    assert reads.reason_of(error) == reason
+    assert reason.lower() in error.lower()  # what --reason (and "Retry all") matches
