@@ -8,6 +8,8 @@ record is one warning line: it never stops the work it describes.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 
 from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
@@ -20,6 +22,11 @@ from shared.errors import describe_database_error
 log = logging.getLogger(__name__)
 
 KINDS = ("reconcile", "repair", "purge")
+
+
+def this_process() -> str:
+    """Who ran a pass, as the console shows it: ``host:pid`` (asked each time: gunicorn forks)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def record_pass(database: Database, name: str, holder: str, summary: str) -> None:

@@ -19,8 +19,6 @@ waiting on a backoff due.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections import Counter
@@ -34,15 +32,13 @@ from typing import Any
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
-from platform_svc.passes import record_pass
+from platform_svc.passes import record_pass, this_process
 from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared import config, request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
 log = logging.getLogger(__name__)
-
-PROCESS = f"{socket.gethostname()}:{os.getpid()}"  # who ran a pass, as the console shows it
 
 # What an outage probe asks of cluster_svc: one page of one object of the first root resource,
 # a cheap read that needs the token and the database.
@@ -284,7 +280,7 @@ class Reconciler:
                     if states != reported:
                         _log_states(states - reported)
                         # What the console's overview shows as the reconciler's last pass: this burst.
-                        record_pass(self.pusher.database, "reconcile", PROCESS, _states_line(states - reported))
+                        record_pass(self.pusher.database, "reconcile", this_process(), _states_line(states - reported))
                         reported = Counter(states)
                     self._nudge.wait(self.settings.idle_interval)
                     self._nudge.clear()

@@ -15,8 +15,6 @@ process running it dies, the row stops moving: the page says since when.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import uuid
 from datetime import timedelta
@@ -27,7 +25,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from platform_svc.console.reads import LeaseHolder, lease_holder
 from platform_svc.models import RESOURCES, RepairRun
-from platform_svc.passes import record_pass
+from platform_svc.passes import record_pass, this_process
 from platform_svc.repair import Finding, Leadership, Repairer, Report
 from platform_svc.status import count_states
 from shared.client import InternalClient
@@ -75,7 +73,7 @@ class RepairRuns:
                 count_states(db_session=db_session, resource=resource, stalled_after=_NEVER)[0]["synced"]
                 for resource in RESOURCES
             )
-            holder = leadership.holder if leadership else _process()
+            holder = leadership.holder if leadership else this_process()
             db_session.execute(
                 RepairRun.__table__.insert().values(
                     id=run_id, dry_run=dry_run, operator=operator, holder=holder, total=total
@@ -166,7 +164,3 @@ class _WhileHolding:
 
     def is_set(self) -> bool:
         return self.leadership is not None and not self.leadership.holding()
-
-
-def _process() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"

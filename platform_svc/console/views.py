@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from flask import Blueprint, abort, current_app, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, g, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException
 
 from platform_svc.console import auth, reads
@@ -73,7 +73,7 @@ def login():
 
 @blueprint.post("/logout")
 def logout():
-    auth.session.clear()
+    session.clear()
     return redirect(url_for("console.login"))
 
 

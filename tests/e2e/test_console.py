@@ -361,7 +361,7 @@ def test_a_hostile_name_and_description_render_as_text(logged_in, scene):
 
 
 def test_without_a_session_or_the_csrf_token_nothing_is_done(logged_in, scene):
-    browser, (pair, made) = logged_in, scene
+    browser, (pair, _) = logged_in, scene
     url = pair.platform_svc.url
     with requests.Session() as session:
         session.cookies.set("console_session", browser.cookie("console_session")["value"])
