@@ -275,12 +275,14 @@ def test_retry_in_the_browser_puts_the_row_back_and_it_syncs_with_its_rule(logge
     assert " put back in line, 0 left failed" in page, page
     assert "put back in line" in browser.driver.find_element(By.XPATH, row_xpath(made["failed"])).text
     browser.screenshot("retried")
-    wait_for(lambda: "Sync state\nsynced" in browser.open(f"/console/objects/clusters/{made['failed']}").text(),
-             timeout=30, what="the retried row synced by the reconciler")
-    page = browser.text()
-    assert "Sync state\nsynced" in page and "cluster_svc holds 1" in page.replace("\n", " ")
-    children = browser.driver.find_element(By.XPATH, row_xpath(made["failed_rule"])).text
-    assert "synced" in children
+
+    def synced_with_its_rule():
+        page = browser.open(f"/console/objects/clusters/{made['failed']}").text()
+        rule = browser.driver.find_element(By.XPATH, row_xpath(made["failed_rule"])).text
+        return "Sync state\nsynced" in page and "synced" in rule.split()
+
+    wait_for(synced_with_its_rule, timeout=30, what="the retried row and its rule synced by the reconciler")
+    assert "cluster_svc holds 1" in browser.text().replace("\n", " ")
     browser.screenshot("object-retried")
 
 
