@@ -35,8 +35,7 @@ def record_pass(database: Database, name: str, holder: str, summary: str) -> Non
     values = {"holder": holder, "summary": summary[:2000], "finished_at": func.now()}
     try:
         with database.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as db_session:
-            db_session.execute(
-                insert(table).values(name=name, **values).on_conflict_do_update(index_elements=[table.c.name], set_=values)
-            )
+            upsert = insert(table).values(name=name, **values)
+            db_session.execute(upsert.on_conflict_do_update(index_elements=[table.c.name], set_=values))
     except DBAPIError as exc:
         log.warning("the %s pass could not be recorded for the console (%s)", name, describe_database_error(exc))

@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from platform_svc.console.reads import LeaseHolder, lease_holder
 from platform_svc.models import RESOURCES, RepairRun
 from platform_svc.passes import record_pass, this_process
-from platform_svc.repair import Finding, Leadership, Repairer, Report
+from platform_svc.repair import PAGE_SIZE, Finding, Leadership, Repairer, Report
 from platform_svc.status import count_states
 from shared.client import InternalClient
 from shared.db import Database
@@ -50,10 +50,13 @@ class LeaseHeld(Exception):
 class RepairRuns:
     """Starts repair runs in this process and records their progress."""
 
-    def __init__(self, database: Database, client: InternalClient, horizon: Horizon) -> None:
+    def __init__(
+        self, database: Database, client: InternalClient, horizon: Horizon, *, page_size: int = PAGE_SIZE
+    ) -> None:
         self.database = database
         self.client = client
         self.horizon = horizon
+        self.page_size = page_size  # objects compared (and progress recorded) per step
 
     def start(self, *, operator: str, dry_run: bool) -> uuid.UUID:
         """Record a new run and start it in a thread of this process; its ID.
@@ -108,7 +111,7 @@ class RepairRuns:
             keeper.start()
         summary = error = None
         try:
-            report = Repairer(self.database, self.client, horizon=self.horizon).run(
+            report = Repairer(self.database, self.client, page_size=self.page_size, horizon=self.horizon).run(
                 dry_run=dry_run, on_finding=on_finding, on_page=on_page, stop=_WhileHolding(leadership)
             )
             summary = report.summary(dry_run=dry_run)

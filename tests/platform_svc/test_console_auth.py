@@ -16,6 +16,7 @@ from platform_svc.cli import main
 from platform_svc.console import reads
 from platform_svc.console.auth import create_operator
 from platform_svc.models import RESOURCES
+from tests.e2e.conftest import wait_for
 from tests.platform_svc.conftest import TOKEN, cluster_body
 
 PAGES = ["/console/", "/console/rows", "/console/repair", "/console/rows?state=failed"]
@@ -194,3 +195,43 @@ def test_the_rows_come_a_page_at_a_time_in_id_order_after_the_cursor(client, pla
 def test_a_failure_is_grouped_by_text_retry_all_finds_again(error, reason):
     assert reads.reason_of(error) == reason
     assert reason.lower() in error.lower()  # what --reason (and "Retry all") matches
+
+
+def test_a_dry_run_records_its_progress_page_by_page_and_its_findings(app, client, platform_database,
+                                                                      downstream_engine):
+    """What "compared N of M" reads, page after page, and the finding on the run's page at the end."""
+    from platform_svc.console.runs import RepairRuns, read_run
+
+    made = [client.post("/v1/clusters", json=cluster_body(name=f"drifting-{i}")).get_json() for i in range(15)]
+    assert {cluster["sync_state"] for cluster in made} == {"synced"}
+    cluster = made[7]
+    with downstream_engine.begin() as conn:  # a hand edit downstream
+        conn.execute(text("UPDATE clusters SET plan = 'memory-8' WHERE id = :id"), {"id": cluster["id"]})
+    console = app.extensions["console"]
+    seen = []
+
+    class Watched(RepairRuns):
+        def _progress(self, run_id, *, compared, findings):
+            super()._progress(run_id, compared=compared, findings=findings)
+            with platform_database.engine.connect() as db_session:
+                seen.append(read_run(db_session=db_session, run_id=run_id)["compared"])
+
+    runs = Watched(console.database, console.client, console.horizon, page_size=7)
+    try:
+        run_id = runs.start(operator="tests", dry_run=True)
+
+        def finished():
+            with platform_database.engine.connect() as db_session:
+                run = read_run(db_session=db_session, run_id=run_id)
+            return run if run["finished_at"] else None
+
+        run = wait_for(finished, timeout=60, what="the dry run finished")
+    finally:  # this worker's later tests compare both databases whole
+        with downstream_engine.begin() as conn:
+            conn.execute(text("UPDATE clusters SET plan = :plan WHERE id = :id"),
+                         {"plan": cluster["plan"], "id": cluster["id"]})
+
+    assert run["error"] is None and "dry run, nothing changed" in run["summary"]
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[0] < seen[-1] == run["compared"]  # a page at a time
+    assert run["compared"] >= run["total"] - 1  # every synced row (give or take one another test changed)
+    assert {"resource": "cluster", "finding": "diverged", "id": cluster["id"], "detail": "plan"} in run["findings"]
