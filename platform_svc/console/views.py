@@ -8,6 +8,7 @@ redirects to what it started (repair), never with a form to resubmit.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 
@@ -20,6 +21,8 @@ from platform_svc.models import RESOURCES
 from platform_svc.repair import RepairError, copy_of
 from platform_svc.retry import retry_failed
 from platform_svc.status import format_age
+
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint(
     "console", __name__, url_prefix="/console", template_folder="templates", static_folder="static"
@@ -66,7 +69,9 @@ def login():
             operator_id = auth.check_secret(db_session=db_session, name=name, secret=secret) if name else None
         if operator_id is not None:
             auth.open_session(operator_id)
+            log.info("console: %s logged in", name)
             return redirect(auth.safe_next(request.args.get("next")))
+        log.warning("console: a login as %r was refused", name[:100])
         failed = True
     return render_template("console/login.html", failed=failed), 401 if failed else 200
 
@@ -142,7 +147,7 @@ def retry():
     if object_id is None and reason is None:
         abort(400, "Name a row (id) or a reason to retry.")
     outcomes = retry_failed(ctx.database, ctx.client, resource=resource, reason=reason, object_id=object_id)
-    current_app.logger.info(
+    log.info(
         "console: %s retried %s %s: %d put back in line, %d left failed", g.operator, resource.plural,
         object_id or f"reason {reason!r}", sum(o.requeued for o in outcomes), sum(not o.requeued for o in outcomes),
     )
@@ -195,7 +200,7 @@ def start_repair():
         with ctx.database.engine.connect() as db_session:
             runs = recent_runs(db_session=db_session)
         return render_template("console/repair.html", lease=held.holder, runs=runs, held=held), 409
-    current_app.logger.info("console: %s started a repair %s (%s)", g.operator, "dry run" if dry_run else "run", run_id)
+    log.info("console: %s started a repair %s (%s)", g.operator, "dry run" if dry_run else "run", run_id)
     return redirect(url_for("console.repair_run", run_id=run_id), code=303)
 
 
