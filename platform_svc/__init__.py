@@ -95,7 +95,7 @@ class Settings:
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
-    from platform_svc import services
+    from platform_svc import console, services
     from platform_svc.breaker import CircuitBreaker
     from platform_svc.sync import Pusher
     from platform_svc.sync_metrics import SyncRowsCollector
@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         authenticate=services.Authenticator(database),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
+        browser_blueprints=[console.BLUEPRINT],
         testing=testing,
     )
     # One breaker per process: after a few inline pushes cluster_svc could not
@@ -121,4 +122,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
     app.extensions["inline_lease"] = settings.inline_lease
     api.register_blueprint(blueprint())
+    console.register_console(
+        app, database=database, client=settings.client(console.CONSOLE_POLICY), breaker=breaker,
+        horizon=settings.horizon,
+    )
     return app

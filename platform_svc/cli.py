@@ -1,4 +1,5 @@
-"""``platform-svc``: serve, migrate, reconcile, repair, purge, create-account, sync-status."""
+"""``platform-svc``: serve, migrate, reconcile, repair, purge, create-account, sync-status,
+create-operator, revoke-operator."""
 from __future__ import annotations
 
 import json
@@ -241,3 +242,45 @@ def sync_status(
         shown = len(report.failed) + len(report.stalled)
         if shown < counts["failed"] + counts["stalled"]:
             click.echo(f"  ... {counts['failed'] + counts['stalled'] - shown} more (--limit)")
+
+
+@main.command(
+    "create-operator",
+    help="Create a console operator, or give an existing one a new secret (ending its sessions); print the"
+    " secret (shown only once).",
+)
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help='Print {"operator": ..., "secret": ...}.')
+@fail_fast
+def create_operator(name: str, as_json: bool) -> None:
+    from platform_svc.console.auth import create_operator as create
+    from shared.db import Database
+
+    name = name.strip()
+    if not 1 <= len(name) <= 100:
+        raise click.BadParameter("must be 1 to 100 characters", param_hint="NAME")
+    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+    with database.begin() as db_session:
+        secret = create(db_session=db_session, name=name)
+    if as_json:
+        click.echo(json.dumps({"operator": name, "secret": secret}))
+    else:
+        click.echo(
+            f"operator: {name}\nsecret:   {secret}\n(store the secret now: it is not shown again;"
+            " log in at /console/login)"
+        )
+
+
+@main.command("revoke-operator", help="Remove a console operator; its sessions end at once.")
+@click.argument("name")
+@fail_fast
+def revoke_operator(name: str) -> None:
+    from platform_svc.console.auth import revoke_operator as revoke
+    from shared.db import Database
+
+    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+    with database.begin() as db_session:
+        if not revoke(db_session=db_session, name=name.strip()):
+            click.echo(f"platform-svc revoke-operator: no operator is called {name.strip()!r}", err=True)
+            sys.exit(1)
+    click.echo(f"operator {name.strip()} revoked")

@@ -27,6 +27,7 @@ import click
 
 from platform_svc import Settings
 from platform_svc.purge import purger
+from platform_svc.passes import record_pass, this_process
 from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
 from platform_svc.repair import LEADER_LEASE_SECONDS, Leadership, Periodic, Repairer, run_periodically
 from platform_svc.sync import Pusher, RetryPolicy
@@ -127,6 +128,7 @@ class ReconcilerProcess:
         finally:
             self._stop_metrics()
         self.echo(_pushed_line(states))
+        record_pass(self.pusher.database, "reconcile", this_process(), _pushed_line(states))
         if failed:
             self.echo(f"{failed} rows are failed; see `platform-svc sync-status`.", err=True)
         return 1 if failed else 0

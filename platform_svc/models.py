@@ -14,6 +14,7 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import (
+    Boolean,
     Computed,
     DateTime,
     ForeignKey,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from shared import contract
@@ -140,3 +142,67 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     holder: Mapped[str] = mapped_column(Text)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+# The operator's console (platform_svc.console) ----------------------------------------
+
+
+class Operator(Base):
+    """A person allowed into the console: a name and the SHA-256 of a one-time secret, as an API key's.
+
+    Neither an account's API key nor the internal token: ``platform-svc create-operator``
+    makes (or replaces) one. A new secret gets a new ``id``, and a console session names
+    the ``id`` it was opened with, so replacing or revoking an operator ends its sessions.
+    """
+
+    __tablename__ = "operators"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ConsoleKey(Base):
+    """The key console session cookies are signed with, made once by the first process that needs it
+    and read by every other (workers and replicas agree without a setting). Deleting the row and
+    restarting the services ends every session."""
+
+    __tablename__ = "console_keys"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Pass(Base):
+    """The last pass of each kind (``reconcile``, ``repair``, ``purge``): when it ended, who ran it,
+    and its summary line. One row per kind, overwritten: what the console's overview shows."""
+
+    __tablename__ = "passes"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    holder: Mapped[str] = mapped_column(Text)
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    summary: Mapped[str] = mapped_column(Text)
+
+
+class RepairRun(Base):
+    """A repair pass started from the console, with its progress: objects compared so far out of
+    ``total`` (the synced rows when it started), and the findings so far. Kept in the database so a
+    person can leave the page and come back, from any worker or replica."""
+
+    __tablename__ = "repair_runs"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    operator: Mapped[str] = mapped_column(Text)
+    holder: Mapped[str] = mapped_column(Text)  # the process running it
+    total: Mapped[int] = mapped_column(Integer)
+    compared: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    findings: Mapped[list] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    summary: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

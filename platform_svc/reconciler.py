@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
+from platform_svc.passes import record_pass, this_process
 from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
 from shared import config, request_id
 from shared.client import Answer
@@ -278,6 +279,8 @@ class Reconciler:
                         return states
                     if states != reported:
                         _log_states(states - reported)
+                        # What the console's overview shows as the reconciler's last pass: this burst.
+                        record_pass(self.pusher.database, "reconcile", this_process(), _states_line(states - reported))
                         reported = Counter(states)
                     self._nudge.wait(self.settings.idle_interval)
                     self._nudge.clear()
@@ -358,7 +361,11 @@ def count_failed(pusher: Pusher) -> int:
 
 
 def _log_states(states: Counter[str]) -> None:
-    log.info("reconciled: %s", ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
+    log.info("%s", _states_line(states))
+
+
+def _states_line(states: Counter[str]) -> str:
+    return "reconciled: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
 
 def _log_failure(what: str, exc: Exception) -> None:

@@ -72,6 +72,7 @@ from platform_svc import content
 from platform_svc.models import Account, Lease
 from platform_svc.recording import fail_waiting_descendants
 from platform_svc.models import RESOURCES
+from platform_svc.passes import record_pass
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
@@ -394,11 +395,13 @@ class Repairer:
         *,
         dry_run: bool = False,
         on_finding: Callable[[Finding], None] | None = None,
+        on_page: Callable[[Report], None] | None = None,
         stop: threading.Event | None = None,
     ) -> Report:
         """One full comparison; return what it found. Findings whose row changed meanwhile are not counted.
 
         ``on_finding`` hears of each finding once its page is committed;
+        ``on_page``, of the report so far after each page (the console's progress);
         ``stop``, once set, ends the pass after the page at hand.
 
         :raise RepairError: cluster_svc's listing could not be read (what was
@@ -409,7 +412,10 @@ class Repairer:
         for resource in RESOURCES:
             if not dry_run and resource.descendants:
                 self._fail_waiting(resource)
-            self._walk(resource, report, dry_run, on_finding or (lambda finding: None), stop or threading.Event())
+            self._walk(
+                resource, report, dry_run, on_finding or (lambda finding: None), on_page or (lambda report: None),
+                stop or threading.Event(),
+            )
         return report
 
     def _fail_waiting(self, resource: Resource) -> None:
@@ -427,6 +433,7 @@ class Repairer:
         report: Report,
         dry_run: bool,
         on_finding: Callable[[Finding], None],
+        on_page: Callable[[Report], None],
         stop: threading.Event,
     ) -> None:
         downstream = Downstream(self.client, resource, self.page_size)
@@ -465,6 +472,7 @@ class Repairer:
                 count_repair(finding.resource, finding.finding)
                 log.info("repair: %s", finding)
                 on_finding(finding)
+            on_page(report)
             if last_page:
                 return
             after = rows[-1]["id"]
@@ -662,6 +670,7 @@ def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: t
                     leadership.tell()
                     continue
                 log.info("%s", summary)
+                record_pass(leadership.database, duty.name, leadership.holder, summary)  # the console shows it
     finally:
         keeper.join(timeout=30)
         leadership.release()

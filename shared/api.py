@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 
 import flask_smorest
 import marshmallow as ma
-from flask import Flask, Response, g, request, send_from_directory
+from flask import Flask, Response, current_app, g, request, send_from_directory
 from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
@@ -204,6 +204,7 @@ def create_service_app(
     authenticate: Callable[[str], Any | None],
     internal_token: str,
     metrics_collectors: Iterable[object] = (),
+    browser_blueprints: Iterable[str] = (),
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
@@ -211,9 +212,12 @@ def create_service_app(
     ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
     or ``None`` when the token is not valid. ``internal_token`` guards
     ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
+    ``browser_blueprints``: blueprints of pages for a browser (platform_svc's console),
+    which check a session of their own instead of a bearer token and take HTML forms.
     """
     app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
+    app.config["BROWSER_BLUEPRINTS"] = frozenset(browser_blueprints)
     database.init_app(app)
     register_error_handlers(app)
     api = ProblemApi(
@@ -279,7 +283,7 @@ def require_json_body() -> None:
         without Content-Length at MAX_CONTENT_LENGTH without complaint, and the
         cut-off prefix must not be parsed as if it were the whole body.
     """
-    if request.method not in ("POST", "PUT", "PATCH"):
+    if request.method not in ("POST", "PUT", "PATCH") or request.blueprint in current_app.config["BROWSER_BLUEPRINTS"]:
         return
     chunked = request.content_length is None and bool(request.headers.get("Transfer-Encoding"))
     if request.content_length or chunked:
@@ -308,6 +312,8 @@ def register_authentication(app: Flask, authenticate: Callable[[str], Any | None
     def require_bearer_token() -> None:
         if request.endpoint in UNGUARDED_ENDPOINTS or request.blueprint in PUBLIC_BLUEPRINTS:
             return
+        if request.blueprint in app.config["BROWSER_BLUEPRINTS"]:
+            return  # a session of their own (no bearer token opens them, nor is one needed)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         principal = authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if principal is None:

@@ -153,7 +153,7 @@ def _print_welcome(env: dict[str, str]) -> None:
     )
     print(
         f"""
-platform_svc {platform}   (public API; docs at /docs)
+platform_svc {platform}   (public API; docs at /docs; the operator's console at /console)
 cluster_svc  {internal}   (internal; token in .dev/internal_token)
 reconciler   pushes whatever cluster_svc has not confirmed (and purges the platform's expired deleted rows hourly)
 purge        removes cluster_svc's tombstones past the ID horizon (ID_HORIZON_SECONDS, 30 days), hourly
@@ -172,6 +172,8 @@ then:
   .venv/bin/platform-svc create-account demo        # prints an API key, once
   export API_KEY=<the key>
 and go on with the README's walkthrough ("The public flow"), or try the API from {platform}/docs.
+The operator's console is {platform}/console:
+  .venv/bin/platform-svc create-operator me          # prints its secret, once: log in with it
 Ctrl-C stops everything.
 """,
         flush=True,

@@ -675,7 +675,7 @@ class Topology:
         reconcilers = "\n".join(f"  http://127.0.0.1:{port}/metrics   reconciler-{i} (sync_repair_leader, ...)"
                                 for i, port in enumerate(self.reconciler_ports))
         return f"""
-platform_svc  {self.public_url}   (public API through HAProxy, {self.replicas} replicas; docs at /docs)
+platform_svc  {self.public_url}   (public API through HAProxy, {self.replicas} replicas; docs at /docs; console at /console)
 cluster_svc   {self.internal_url}   (internal API through HAProxy, {self.replicas} replicas; token below)
 HAProxy stats {self.stats_url}
 
@@ -685,7 +685,7 @@ PostgreSQL primaries through HAProxy (superuser passwords in {self.workdir}/env)
 {pg}
 Metrics: {self.public_url}/metrics and {self.internal_url}/metrics (with the internal token),
 {reconcilers}
-Logs: {self.workdir}/*.log.  In another terminal: . {self.workdir}/env  (then platform-svc create-account demo, ...)
+Logs: {self.workdir}/*.log.  In another terminal: . {self.workdir}/env  (then platform-svc create-account demo, platform-svc create-operator me, ...)
 Ctrl-C stops everything.
 """
 

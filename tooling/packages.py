@@ -36,10 +36,14 @@ PACKAGES = {
     # The PostgreSQL Patroni runs (tooling/ha.py's HA_PG_BIN); Debian keeps its programs
     # off PATH, so it is found by its path.
     "postgresql-15": ("/usr/lib/postgresql/15/bin/postgres",),
+    # The operator's console seen in a real browser (tests/e2e/test_console.py): headless
+    # Chromium driven by Selenium through Debian's chromedriver (no browser download).
+    "chromium": ("chromium",),
+    "chromium-driver": ("chromedriver",),
 }
 # What each make target needs. test-scale runs tests/scale, which starts the production shape.
 TARGETS = {
-    "test": ("docker-compose", "prometheus"),
+    "test": ("docker-compose", "prometheus", "chromium", "chromium-driver"),
     "test-scale": ("pgbouncer", "etcd-server", "haproxy", "postgresql-15"),
     "run-ha": ("etcd-server", "haproxy", "pgbouncer", "postgresql-15"),
 }

@@ -50,6 +50,7 @@ def _app(platform_db_url, cluster_svc_url):
 
 def _dispose(app):
     app.extensions["pusher"].client.close()
+    app.extensions["console"].client.close()
     app.extensions["database"].dispose()
 
 

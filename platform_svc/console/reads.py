@@ -1,0 +1,226 @@
+"""What the console's pages read, through the services that already know it: ``sync-status``'s
+counts (:mod:`platform_svc.status`), the repair lease, the passes, and one object compared with
+cluster_svc's copy as repair judges it (:mod:`platform_svc.content`, :mod:`platform_svc.repair`).
+
+Each function takes the session and never commits; the views own the transactions.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+from sqlalchemy.engine import Row, RowMapping
+
+from platform_svc import content
+from platform_svc.models import RESOURCES, Lease, Pass
+from platform_svc.repair import LEADER_LEASE, judge
+from platform_svc.status import count_states
+from shared.horizon import Horizon
+from shared.registry import Resource
+
+PAGE_SIZE = 50
+STATES = ("synced", "pending", "stalled", "failed")  # as drawn, left to right
+
+
+@dataclass(frozen=True)
+class ResourceCounts:
+    resource: Resource
+    counts: dict[str, int]  # synced, pending (not stalled), stalled, failed: they add up to every row
+    oldest_pending: timedelta | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def bar(self, width: int = 400) -> list[tuple[str, int, int]]:
+        """The SVG bar's segments: (state, x, width), proportional to the counts; empty ones left out."""
+        segments, x = [], 0
+        total = self.total or 1
+        for state in STATES:
+            w = round(width * self.counts[state] / total)
+            if self.counts[state] and w == 0:
+                w = 1  # one stuck row among a million still shows
+            if w:
+                segments.append((state, x, w))
+                x += w
+        return segments
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    holder: str
+    expires_at: datetime
+    live: bool  # not expired (by the database's clock)
+
+
+def overview(
+    *, db_session: Connection, stalled_after: timedelta
+) -> tuple[list[ResourceCounts], LeaseHolder | None, dict[str, Row]]:
+    """Every resource's counts, who holds the repair lease, and the last pass of each kind."""
+    resources = []
+    for resource in RESOURCES:
+        counts, oldest = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
+        counts["pending"] -= counts["stalled"]  # drawn apart, as the sync_rows gauge counts them
+        resources.append(ResourceCounts(resource, {state: counts[state] for state in STATES}, oldest))
+    return resources, lease_holder(db_session=db_session), last_passes(db_session=db_session)
+
+
+def lease_holder(*, db_session: Connection) -> LeaseHolder | None:
+    """The repair lease's row: who took it last, until when, and whether that is still ahead."""
+    lease = Lease.__table__
+    row = db_session.execute(
+        select(lease.c.holder, lease.c.expires_at, (lease.c.expires_at > func.now()).label("live"))
+        .where(lease.c.name == LEADER_LEASE)
+    ).first()
+    return LeaseHolder(row.holder, row.expires_at, row.live) if row else None
+
+
+def last_passes(*, db_session: Connection) -> dict[str, Row]:
+    passes = Pass.__table__
+    rows = db_session.execute(
+        select(passes, (func.now() - passes.c.finished_at).label("age"))
+    ).all()
+    return {row.name: row for row in rows}
+
+
+# Rows that need a person ------------------------------------------------------------------
+
+
+def _stalled(resource: Resource, stalled_after: timedelta) -> Any:
+    table = resource.table
+    return (table.c.sync_state == "pending") & (table.c.updated_at < func.now() - stalled_after)
+
+
+def rows_needing_a_person(
+    *,
+    db_session: Connection,
+    resource: Resource,
+    stalled_after: timedelta,
+    state: str | None,
+    reason: str | None,
+    after: uuid.UUID | None,
+    limit: int = PAGE_SIZE,
+) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
+    """Failed and stalled rows of ``resource`` in ID order after ``after`` (the API's keyset
+    cursor), with the next cursor (None on the last page). ``state``: only ``failed`` or only
+    ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses.
+    """
+    table = resource.table
+    failed, stalled = table.c.sync_state == "failed", _stalled(resource, stalled_after)
+    chosen = {"failed": failed, "stalled": stalled}.get(state or "", failed | stalled)
+    stmt = select(
+        table.c.id,
+        table.c.sync_state,
+        table.c.attempts,
+        table.c.sync_error,
+        table.c.next_attempt_at,
+        table.c.deleted_at,
+        (func.now() - func.coalesce(table.c.sync_failed_at, table.c.updated_at)).label("age"),
+    ).where(chosen)
+    if reason:
+        stmt = stmt.where(table.c.sync_error.icontains(reason, autoescape=True))
+    if after is not None:
+        stmt = stmt.where(table.c.id > after)
+    rows = db_session.execute(stmt.order_by(table.c.id).limit(limit + 1)).mappings().all()
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1]["id"]
+    return rows, None
+
+
+def failure_reasons(*, db_session: Connection, resource: Resource, texts: int = 500) -> list[tuple[str, int]]:
+    """The failed rows grouped by reason (:func:`reason_of`), most first: what "retry all" offers,
+    one button per reason. Read from the ``texts`` most common error texts."""
+    table = resource.table
+    rows = db_session.execute(
+        select(table.c.sync_error, func.count().label("n"))
+        .where(table.c.sync_state == "failed")
+        .group_by(table.c.sync_error)
+        .order_by(func.count().desc())
+        .limit(texts)
+    ).all()
+    reasons: Counter[str] = Counter()
+    for row in rows:
+        reasons[reason_of(row.sync_error or "")] += row.n
+    return sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+
+
+def reason_of(error: str) -> str:
+    """A failure's reason, as text ``--reason`` finds again: a leading word (``parent_failed: ...``),
+    else the answer's status and problem code (``POST /v1/...: 409 id_conflict: ...``), else the
+    text up to its first ``:`` or ``;``."""
+    head = re.split(r"[:;]", error, maxsplit=1)[0].strip()
+    if re.fullmatch(r"[a-z_]+", head):
+        return head
+    answer = re.search(r"\b\d{3} [a-z_]+\b", error)
+    return answer.group(0) if answer else head[:100]
+
+
+# One object, both sides -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldPair:
+    name: str
+    ours: Any
+    theirs: Any
+    differs: bool
+    mutable: bool
+
+
+@dataclass
+class BothSides:
+    resource: Resource
+    row: RowMapping
+    theirs: dict[str, Any] | None  # as repair.copy_of gives it; None: cluster_svc has no row
+    unreadable: str | None = None  # why cluster_svc's copy could not be read
+    fields: list[FieldPair] = field(default_factory=list)
+    finding: str | None = None  # what a repair pass would report now
+    children: list[tuple[Resource, Sequence[RowMapping]]] = field(default_factory=list)
+
+
+def platform_row(*, db_session: Connection, resource: Resource, object_id: uuid.UUID) -> RowMapping | None:
+    table = resource.table
+    return db_session.execute(select(table).where(table.c.id == object_id)).mappings().first()
+
+
+def children_of(
+    *, db_session: Connection, resource: Resource, object_id: uuid.UUID, limit: int = PAGE_SIZE
+) -> list[tuple[Resource, Sequence[RowMapping]]]:
+    """Each child resource's rows under the object (the first ``limit`` of each, in ID order)."""
+    found = []
+    for child in resource.children:
+        table = child.table
+        rows = db_session.execute(
+            select(table.c.id, table.c.sync_state, table.c.deleted_at, table.c.sync_error)
+            .where(table.c[resource.id_column] == object_id)
+            .order_by(table.c.id)
+            .limit(limit)
+        ).mappings().all()
+        found.append((child, rows))
+    return found
+
+
+def compare_sides(
+    resource: Resource, row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon
+) -> tuple[list[FieldPair], str | None]:
+    """Every compared field (what the platform owns and the ancestry), ours and theirs, marked where
+    they differ; and the finding repair would report (it judges synced rows only)."""
+    ours = content.expected(resource, row)
+    mutable = content.mutable(resource)
+    pairs = []
+    for name in sorted(content.compared(resource)):
+        there = theirs["fields"].get(name) if theirs is not None else None
+        differs = theirs is not None and theirs["alive"] and there != ours.get(name)
+        pairs.append(FieldPair(name, ours.get(name), there, differs, name in mutable))
+    return pairs, judge(row, theirs, horizon, resource=resource)
+
+
+def resource_named(segment: str) -> Resource | None:
+    """The resource whose path segment (as in the API: its table with dashes) is ``segment``."""
+    return next((resource for resource in RESOURCES if resource.segment == segment), None)

@@ -1,0 +1,214 @@
+"""The console's pages: overview, rows that need a person, one object's two sides, repair.
+
+Server-rendered with Jinja2 (autoescaped: every cluster name, description or
+error text from downstream is text on the page, never markup), no script, and
+nothing loaded from another host. The guard (:func:`platform_svc.console.auth.require_operator`)
+runs before every route. A POST answers with a page of its outcome (retry) or
+redirects to what it started (repair), never with a form to resubmit.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from flask import Blueprint, abort, current_app, g, redirect, render_template, request, session, url_for
+from werkzeug.exceptions import HTTPException
+
+from platform_svc.console import auth, reads
+from platform_svc.console.runs import LeaseHeld, read_run, recent_runs
+from platform_svc.models import RESOURCES
+from platform_svc.repair import RepairError, copy_of
+from platform_svc.retry import retry_failed
+from platform_svc.status import format_age
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint(
+    "console", __name__, url_prefix="/console", template_folder="templates", static_folder="static"
+)
+
+
+def console():
+    """What the pages read through (see :func:`platform_svc.console.register_console`)."""
+    return current_app.extensions["console"]
+
+
+@blueprint.before_request
+def _guard():
+    return auth.require_operator(console().database)
+
+
+blueprint.after_request(auth.add_security_headers)
+
+
+@blueprint.app_template_filter("age")
+def _age(value: timedelta | None) -> str:
+    return "none" if value is None else format_age(value)
+
+
+@blueprint.context_processor
+def _globals() -> dict:
+    return {"csrf_token": auth.csrf_token, "resources": list(RESOURCES), "operator": g.get("operator")}
+
+
+@blueprint.errorhandler(HTTPException)
+def _error_page(error: HTTPException):
+    return render_template("console/error.html", error=error), error.code
+
+
+# Logging in ------------------------------------------------------------------------------
+
+
+@blueprint.route("/login", methods=["GET", "POST"])
+def login():
+    failed = False
+    if request.method == "POST":
+        name, secret = request.form.get("operator", "").strip(), request.form.get("secret", "")
+        with console().database.engine.connect() as db_session:
+            operator_id = auth.check_secret(db_session=db_session, name=name, secret=secret) if name else None
+        if operator_id is not None:
+            auth.open_session(operator_id)
+            log.info("console: %s logged in", name)
+            return redirect(auth.safe_next(request.args.get("next")))
+        log.warning("console: a login as %r was refused", name[:100])
+        failed = True
+    return render_template("console/login.html", failed=failed), 401 if failed else 200
+
+
+@blueprint.post("/logout")
+def logout():
+    session.clear()
+    return redirect(url_for("console.login"))
+
+
+# Overview --------------------------------------------------------------------------------
+
+
+@blueprint.get("/")
+def overview():
+    ctx = console()
+    with ctx.database.engine.connect() as db_session:
+        counts, lease, passes = reads.overview(db_session=db_session, stalled_after=ctx.stalled_after)
+    return render_template(
+        "console/overview.html", counts=counts, lease=lease, passes=passes, breaker_open=ctx.breaker.is_open,
+        stalled_after=ctx.stalled_after,
+    )
+
+
+# Rows that need a person -----------------------------------------------------------------
+
+
+def _resource_arg(value: str | None):
+    """:raise 404: no resource has that path segment."""
+    resource = reads.resource_named(value) if value else next(iter(RESOURCES))
+    if resource is None:
+        abort(404, f"No resource is called {value!r}.")
+    return resource
+
+
+def _uuid_arg(value: str | None, what: str) -> uuid.UUID | None:
+    """:raise 400: not a UUID."""
+    if not value:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        abort(400, f"{what} must be a UUID.")
+
+
+@blueprint.get("/rows")
+def rows():
+    ctx = console()
+    resource = _resource_arg(request.args.get("resource"))
+    state = request.args.get("state") if request.args.get("state") in ("failed", "stalled") else None
+    reason = request.args.get("reason", "").strip() or None
+    after = _uuid_arg(request.args.get("after"), "after")
+    with ctx.database.engine.connect() as db_session:
+        found, next_after = reads.rows_needing_a_person(
+            db_session=db_session, resource=resource, stalled_after=ctx.stalled_after, state=state, reason=reason,
+            after=after,
+        )
+        reasons = reads.failure_reasons(db_session=db_session, resource=resource)
+    return render_template(
+        "console/rows.html", resource=resource, rows=found, next_after=next_after, state=state, reason=reason,
+        after=after, reasons=reasons, stalled_after=ctx.stalled_after,
+    )
+
+
+@blueprint.post("/retry")
+def retry():
+    """"retry" (one row, with its failed descendants) or "retry all" (one resource's failed rows
+    whose reason contains the text): ``sync-status --retry-failed --id`` or ``--reason``, the same code."""
+    ctx = console()
+    resource = _resource_arg(request.form.get("resource"))
+    object_id = _uuid_arg(request.form.get("id"), "id")
+    reason = request.form.get("reason", "").strip() or None
+    if object_id is None and reason is None:
+        abort(400, "Name a row (id) or a reason to retry.")
+    outcomes = retry_failed(ctx.database, ctx.client, resource=resource, reason=reason, object_id=object_id)
+    log.info(
+        "console: %s retried %s %s: %d put back in line, %d left failed", g.operator, resource.plural,
+        object_id or f"reason {reason!r}", sum(o.requeued for o in outcomes), sum(not o.requeued for o in outcomes),
+    )
+    return render_template(
+        "console/retried.html", resource=resource, object_id=object_id, reason=reason, outcomes=outcomes
+    )
+
+
+# One object, both sides ------------------------------------------------------------------
+
+
+@blueprint.get("/objects/<segment>/<object_id>")
+def object_page(segment: str, object_id: str):
+    ctx = console()
+    resource = _resource_arg(segment)
+    parsed = _uuid_arg(object_id, "The object's ID")
+    with ctx.database.engine.connect() as db_session:
+        row = reads.platform_row(db_session=db_session, resource=resource, object_id=parsed)
+        if row is None:
+            abort(404, f"The platform has no {resource.words} {parsed}.")
+        children = reads.children_of(db_session=db_session, resource=resource, object_id=parsed)
+    sides = reads.BothSides(resource, row, None, children=children)
+    try:
+        sides.theirs = copy_of(ctx.client, resource, parsed)
+    except RepairError as exc:
+        sides.unreadable = str(exc)
+    else:
+        sides.fields, sides.finding = reads.compare_sides(resource, row, sides.theirs, ctx.horizon)
+    return render_template("console/object.html", sides=sides, resource=resource, row=row)
+
+
+# Repair ----------------------------------------------------------------------------------
+
+
+@blueprint.get("/repair")
+def repair():
+    with console().database.engine.connect() as db_session:
+        lease = reads.lease_holder(db_session=db_session)
+        runs = recent_runs(db_session=db_session)
+    return render_template("console/repair.html", lease=lease, runs=runs, held=None)
+
+
+@blueprint.post("/repair")
+def start_repair():
+    ctx = console()
+    dry_run = request.form.get("mode") != "repair"
+    try:
+        run_id = ctx.runs.start(operator=g.operator, dry_run=dry_run)
+    except LeaseHeld as held:
+        with ctx.database.engine.connect() as db_session:
+            runs = recent_runs(db_session=db_session)
+        return render_template("console/repair.html", lease=held.holder, runs=runs, held=held), 409
+    log.info("console: %s started a repair %s (%s)", g.operator, "dry run" if dry_run else "run", run_id)
+    return redirect(url_for("console.repair_run", run_id=run_id), code=303)
+
+
+@blueprint.get("/repair/<run_id>")
+def repair_run(run_id: str):
+    parsed = _uuid_arg(run_id, "The run's ID")
+    with console().database.engine.connect() as db_session:
+        run = read_run(db_session=db_session, run_id=parsed)
+    if run is None:
+        abort(404, f"No repair run {parsed}.")
+    return render_template("console/run.html", run=run)
