@@ -48,7 +48,7 @@ def test_every_target_names_known_packages_and_the_ci_list_is_all_of_them():
     for target, needed in packages.TARGETS.items():
         assert set(needed) <= set(packages.PACKAGES), target
     every = {package for needed in packages.TARGETS.values() for package in needed}
-    assert every == {"docker-compose", "prometheus", "pgbouncer", "etcd-server", "haproxy", "postgresql-15"}
+    assert every == {"docker-compose", "prometheus", "pgbouncer", "etcd-server", "haproxy", "postgresql-15", "faketime"}
     assert packages.find("/nonexistent/bin/postgres") is None  # a program off PATH is found by its path
     assert packages.package_of("promtool") == "prometheus"
     assert packages.package_of("etcd") == "etcd-server"

@@ -36,10 +36,12 @@ PACKAGES = {
     # The PostgreSQL Patroni runs (tooling/ha.py's HA_PG_BIN); Debian keeps its programs
     # off PATH, so it is found by its path.
     "postgresql-15": ("/usr/lib/postgresql/15/bin/postgres",),
+    # Runs one service under a skewed or jumping clock (tests/e2e/test_clocks.py).
+    "faketime": ("faketime",),
 }
 # What each make target needs. test-scale runs tests/scale, which starts the production shape.
 TARGETS = {
-    "test": ("docker-compose", "prometheus"),
+    "test": ("docker-compose", "prometheus", "faketime"),
     "test-scale": ("pgbouncer", "etcd-server", "haproxy", "postgresql-15"),
     "run-ha": ("etcd-server", "haproxy", "pgbouncer", "postgresql-15"),
 }
