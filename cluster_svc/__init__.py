@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     database = Database(settings.database_url, pool_size=settings.pool_size)
     # Every ID is judged here on this host's clock: measured against the database's at
     # start-up, and again at each readiness check and whenever the clock steps.
-    clock = ClockWatch(database, settings.horizon)
+    clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
     expected = settings.internal_token.encode()
 

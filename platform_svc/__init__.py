@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     database = settings.database()
     # IDs are minted on this host's clock: measured against the database's at start-up,
     # at each readiness check and whenever it steps, and each ID checked as it is stored.
-    clock = ClockWatch(database, settings.horizon)
+    clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
 
     app, api = create_service_app(

@@ -11,11 +11,12 @@ by retrying, so a service measures its clock instead of trusting it
 
 - :class:`ClockWatch` compares this host's clock with the database's
   (``SELECT clock_timestamp()``) at start-up, whenever readiness is checked
-  (every scrape of ``/metrics`` checks it), at least every :data:`CHECK_EVERY`
-  seconds when asked, and at once when the host's clock has stepped (its wall
-  clock moved against its monotonic one): a clock that jumps is measured again
-  before the next ID it would judge. No request pays a query: the check between
-  measurements is two clock reads.
+  (every scrape of ``/metrics`` checks it), at least every
+  ``CLOCK_CHECK_SECONDS`` (:data:`CHECK_EVERY` by default) when asked, and at
+  once when the host's clock has stepped (its wall clock moved against its
+  monotonic one, as an NTP step or a resumed VM moves it): a clock that jumps is
+  measured again before the next ID it would judge. No request pays a query:
+  the check between measurements is two clock reads.
 - Past :func:`safe_offset`, the service stops minting or accepting IDs: its
   writes answer 503 ``clock_skew`` with ``Retry-After`` (:class:`ClockSkew`),
   reads go on, and a log line names the offset. Skew is a transient fault: a
@@ -37,6 +38,7 @@ from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
+from shared import config
 from shared.errors import ProblemError
 from shared.horizon import FUTURE_TOLERANCE, Horizon
 
@@ -113,7 +115,8 @@ class ClockWatch:
     """One process's measure of its host's clock against its database's (and cluster_svc's).
 
     ``clock`` and ``steady`` are the host's wall and monotonic clocks
-    (``time.time`` and ``time.monotonic`` unless a test gives others).
+    (``time.time`` and ``time.monotonic`` unless a test gives others);
+    ``every``: the longest time between two measurements, when asked.
     """
 
     def __init__(
@@ -121,11 +124,13 @@ class ClockWatch:
         database: Database,
         horizon: Horizon,
         *,
+        every: float = CHECK_EVERY,
         clock: Callable[[], float] = time.time,
         steady: Callable[[], float] = time.monotonic,
     ) -> None:
         self.database = database
         self.bound = safe_offset(horizon)
+        self.every = every
         self.clock = clock
         self.steady = steady
         self.offsets: dict[str, float] = {}  # by reference: the last measured offset
@@ -133,6 +138,11 @@ class ClockWatch:
         self._measured_at = -math.inf  # monotonic
         self._lock = threading.Lock()
         self._skewed = False
+
+    @classmethod
+    def from_env(cls, database: Database, horizon: Horizon) -> ClockWatch:
+        """:raise ConfigError: ``CLOCK_CHECK_SECONDS`` is not a number."""
+        return cls(database, horizon, every=config.seconds("CLOCK_CHECK_SECONDS", CHECK_EVERY))
 
     # -- measuring -----------------------------------------------------------------
 
@@ -192,9 +202,10 @@ class ClockWatch:
         with self._lock:
             anchor, measured_at = self._anchor, self._measured_at
         now_steady = self.steady()
-        every = CHECK_EVERY_WHILE_SKEWED if self._skewed else CHECK_EVERY
+        every = min(CHECK_EVERY_WHILE_SKEWED, self.every) if self._skewed else self.every
         stepped = anchor is not None and abs(self.clock() - now_steady - anchor) > STEP_TOLERANCE
-        if stepped or now_steady - measured_at > every:
+        # A monotonic clock that went back was stepped itself (libfaketime steps both clocks together).
+        if stepped or now_steady < measured_at or now_steady - measured_at > every:
             self.measure()
 
     # -- judging -------------------------------------------------------------------
@@ -223,8 +234,9 @@ class ClockWatch:
             raise ClockSkew(detail)
 
     def database_now(self) -> float:
-        """The database's time as this host reckons it (its clock plus the measured offset)."""
-        self.refresh()
+        """The database's time, measured now (one query: for judgements that are rare), or this
+        host's clock plus the last measured offset when the database does not answer."""
+        self.measure()
         return self.clock() + self.offsets.get(DATABASE, 0.0)
 
 
