@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DATABASE = "database"  # the references of clock_offset_seconds
 CLUSTER_SVC = "cluster_svc"
+REFERENCES = (DATABASE, CLUSTER_SVC)
 
 # The share of the exact limits a clock may use up (CockroachDB stops a node at
 # 80 % of its --max-offset): the rest is left to the measurement and to the time
