@@ -192,7 +192,7 @@ class ReconcilerProcess:
         from shared.clock import ClockCollector
         from shared.metrics import serve_process_metrics
 
-        collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.clock)]
+        collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.clock, measure=True)]
         self._stop_metrics = serve_process_metrics(port, self.metrics_host, collectors=collectors)
         self.echo(f"reconciler metrics on http://{self.metrics_host}:{port}/metrics")
 

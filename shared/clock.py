@@ -138,6 +138,7 @@ class ClockWatch:
         self._anchor: float | None = None  # wall minus monotonic at the last measurement
         self._measured_at = -math.inf  # monotonic
         self._lock = threading.Lock()
+        self._measuring = threading.Lock()  # held by the one refresh that measures; the others go on
         self._skewed = False
 
     @classmethod
@@ -206,8 +207,15 @@ class ClockWatch:
         every = min(CHECK_EVERY_WHILE_SKEWED, self.every) if self._skewed else self.every
         stepped = anchor is not None and abs(self.clock() - now_steady - anchor) > STEP_TOLERANCE
         # A monotonic clock that went back was stepped itself (libfaketime steps both clocks together).
-        if stepped or now_steady < measured_at or now_steady - measured_at > every:
-            self.measure()
+        if not (stepped or now_steady < measured_at or now_steady - measured_at > every):
+            return
+        # One measurement at a time: the writes that find it due meanwhile judge by the last one
+        # (and a step is measured before any of them mints: see check_minted).
+        if self._measuring.acquire(blocking=False):
+            try:
+                self.measure()
+            finally:
+                self._measuring.release()
 
     # -- judging -------------------------------------------------------------------
 
@@ -249,17 +257,22 @@ def _describe(offset: float) -> str:
 class ClockCollector:
     """``clock_offset_seconds{reference}``: the reference's clock minus this host's, as last measured.
 
-    Registered after the readiness collector, whose check measures the database
-    again, so a scrape shows the offset of that very moment.
+    In a service it is registered after the readiness collector, whose check
+    measures the database again, so a scrape shows the offset of that very
+    moment; where nothing else measures (the reconciler), ``measure`` makes
+    each scrape measure it.
     """
 
-    def __init__(self, watch: ClockWatch) -> None:
+    def __init__(self, watch: ClockWatch, *, measure: bool = False) -> None:
         self.watch = watch
+        self.measure = measure
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter((self._family(),))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.measure:
+            self.watch.measure()
         family = self._family()
         for reference, offset in sorted(self.watch.offsets.items()):
             family.add_metric([reference], offset)
