@@ -10,8 +10,11 @@ libfaketime moves the process's monotonic clock with its wall clock: left
 alone (``FAKETIME_DONT_FAKE_MONOTONIC``), its 0.9.10 refuses Python's
 ``time.sleep`` (EINVAL from ``clock_nanosleep``), which gunicorn's master
 calls. So a faked clock steps unlike a real one (which leaves the monotonic
-clock alone), and a service sees the step only at its next measurement
-(``CLOCK_CHECK_SECONDS``), not at once.
+clock alone): a service sees the step by its monotonic clock's (``CLOCK_CHECK_SECONDS``
+passed, or it went back), and gunicorn's master, seeing its monotonic clock
+leap forward, would take every worker for stuck and kill it with its requests
+in flight. A real step does neither, so a faked process runs with the
+heartbeat timeout off (``WORKER_TIMEOUT_SECONDS=0``).
 """
 from __future__ import annotations
 
@@ -45,7 +48,10 @@ class FakeClock:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"LD_PRELOAD": library(), "FAKETIME_TIMESTAMP_FILE": str(self.path), "FAKETIME_NO_CACHE": "1"}
+        return {
+            "LD_PRELOAD": library(), "FAKETIME_TIMESTAMP_FILE": str(self.path), "FAKETIME_NO_CACHE": "1",
+            "WORKER_TIMEOUT_SECONDS": "0",
+        }
 
     def set(self, seconds: int) -> None:
         """Put the clock ``seconds`` ahead of the real one (behind when negative), from now on."""
