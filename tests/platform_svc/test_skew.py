@@ -57,3 +57,22 @@ def test_the_database_clock_is_read_only_for_an_id_expired_refusal():
 
     for answer in (refusal(422, "id_from_the_future"), refusal(409, "id_conflict"), refusal(410, "gone")):
         judged_for_skew(CLUSTER, {"id": uuid.uuid4()}, answer, horizon=HORIZON, database_now=no_query)
+
+
+def test_ids_minted_together_are_ordered_and_a_clock_set_back_is_followed(monkeypatch):
+    """A clock that ran ahead and is corrected mints IDs of the corrected time at once (the uuid6
+    package's uuid7() went on minting the future ones, refused downstream as from the future)."""
+    from platform_svc import services
+    from shared.horizon import uuid7_millis
+
+    now = [1_800_000_000_000_000_000]  # nanoseconds
+    monkeypatch.setattr(services.time, "time_ns", lambda: now[0])
+    burst = [services.new_id() for _ in range(5000)]  # more than a millisecond's counter holds
+    assert burst == sorted(burst) and len(set(burst)) == len(burst)
+
+    now[0] -= 600 * 10**9  # set back 10 minutes: followed
+    corrected = services.new_id()
+    assert uuid7_millis(corrected) == now[0] // 10**6
+    now[0] -= 10**8  # and back a tenth of a second more (a slew, a small step): still after the last one
+    following = services.new_id()
+    assert following > corrected and uuid7_millis(following) == uuid7_millis(corrected)
