@@ -47,10 +47,15 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from cluster_svc.tombstones import TombstonesCollector
     from cluster_svc.views import blueprint
     from shared.api import create_service_app
+    from shared.clock import ClockWatch
     from shared.db import Database
 
     settings = settings or Settings.from_env()
     database = Database(settings.database_url, pool_size=settings.pool_size)
+    # Every ID is judged here on this host's clock: measured against the database's at
+    # start-up, and again at each readiness check and whenever the clock steps.
+    clock = ClockWatch.from_env(database, settings.horizon)
+    clock.measure()
     expected = settings.internal_token.encode()
 
     def authenticate(token: str) -> Any | None:
@@ -63,6 +68,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         authenticate=authenticate,
         internal_token=settings.internal_token,
         metrics_collectors=[TombstonesCollector(database, settings.horizon)],
+        clock=clock,
         testing=testing,
     )
     app.extensions["horizon"] = settings.horizon

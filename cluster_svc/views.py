@@ -33,7 +33,7 @@ from shared.api import MAX_BATCH_ITEMS, Blueprint, created_location, documented,
 from shared.coalesce import Coalescer
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
-from shared.errors import Gone, PayloadTooLarge, ValidationFailed, database_unavailable, problem
+from shared.errors import Gone, IdFromTheFuture, PayloadTooLarge, ValidationFailed, database_unavailable, problem
 from shared.horizon import Horizon
 from shared.idempotent import (
     CreateResult,
@@ -113,12 +113,12 @@ def refuse_future_ids(ids: Sequence[Any], location: str, field: str | None = Non
     ``location`` is where the ID came from (``path`` or ``json``); ``field``
     its name there (the ``id`` of a body), else the path says which.
 
-    :raise ValidationFailed:
+    :raise IdFromTheFuture: (422 ``id_from_the_future``)
     """
     for object_id in ids:
         if horizon().from_the_future(object_id):
             message = horizon().future_refusal()
-            raise ValidationFailed({location: {field: [message]} if field else [message]})
+            raise IdFromTheFuture({location: {field: [message]} if field else [message]})
 
 
 def updated(resource: Resource, row: Any, applied: bool) -> Any:

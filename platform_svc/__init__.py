@@ -101,9 +101,14 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.sync_metrics import SyncRowsCollector
     from platform_svc.views import blueprint
     from shared.api import create_service_app
+    from shared.clock import ClockWatch
 
     settings = settings or Settings.from_env()
     database = settings.database()
+    # IDs are minted on this host's clock: measured against the database's at start-up,
+    # at each readiness check and whenever it steps, and each ID checked as it is stored.
+    clock = ClockWatch.from_env(database, settings.horizon)
+    clock.measure()
 
     app, api = create_service_app(
         __name__,
@@ -113,13 +118,17 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT],
+        clock=clock,
         testing=testing,
     )
     # One breaker per process: after a few inline pushes cluster_svc could not
     # serve, public writes stop waiting on it (answered pending) until a probe passes.
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
     app.extensions["horizon"] = settings.horizon
-    app.extensions["pusher"] = Pusher(database, settings.client(INLINE_POLICY), breaker=breaker)
+    app.extensions["clock"] = clock
+    app.extensions["pusher"] = Pusher(
+        database, settings.client(INLINE_POLICY), breaker=breaker, horizon=settings.horizon, clock=clock
+    )
     app.extensions["inline_lease"] = settings.inline_lease
     api.register_blueprint(blueprint())
     console.register_console(

@@ -106,7 +106,8 @@ class ReconcilerProcess:
             batch=options.batch, concurrency=options.concurrency, longest_push=policy.longest_call()
         )
         self.pusher = Pusher(
-            self.settings.database(), self.settings.client(policy), RetryPolicy(max_delay=options.max_backoff)
+            self.settings.database(), self.settings.client(policy), RetryPolicy(max_delay=options.max_backoff),
+            horizon=self.settings.horizon,
         )
         self.leadership = Leadership(self.pusher.database, ttl=options.leader_lease)
         self.duties = self._duties()
@@ -190,9 +191,10 @@ class ReconcilerProcess:
             return
         # Imported only now: prometheus-client must come after the directory is dropped above.
         from platform_svc.sync_metrics import LeaderCollector
+        from shared.clock import ClockCollector
         from shared.metrics import serve_process_metrics
 
-        collectors = [LeaderCollector(self.leadership)]
+        collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.clock, measure=True)]
         self._stop_metrics = serve_process_metrics(port, self.metrics_host, collectors=collectors)
         self.echo(f"reconciler metrics on http://{self.metrics_host}:{port}/metrics")
 

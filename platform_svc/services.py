@@ -23,9 +23,10 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.models import Account
 from platform_svc.recording import fail_waiting_descendants
+from shared.clock import ClockWatch
 from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
-from shared.horizon import Horizon
+from shared.horizon import Horizon, uuid7_millis
 from shared.idempotent import (
     CreateResult,
     Outcome,
@@ -39,9 +40,33 @@ from shared.registry import Resource
 from shared.repeated_headers import came_repeated
 
 
+# A clock set back by less than this still mints IDs in order (after the last one); set back
+# further, the IDs follow it (docs/decisions/0016-clocks.md).
+KEEP_ORDER_ACROSS = 1000  # milliseconds
+_minted = threading.Lock()
+_last_minted = (0, 0)  # (unix milliseconds, the 12-bit counter) of the last ID this process minted
+
+
 def new_id() -> uuid.UUID:
-    """Every ID the system uses is invented here: a UUIDv7 (time-ordered)."""
-    return uuid6.uuid7()
+    """Every ID the system uses is invented here: a UUIDv7 of this host's clock as it reads now.
+
+    IDs minted in one millisecond are ordered by a 12-bit counter (RFC 9562's
+    "fixed bit-length dedicated counter"), and a clock that goes back by under
+    a second still mints after the last ID. Not the uuid6 package's
+    ``uuid7()``: it never lets its time go back, so after a clock that ran
+    ahead is corrected it goes on minting IDs of that future time, refused
+    downstream (422) for as long as the clock had been ahead.
+    """
+    global _last_minted
+    millis = time.time_ns() // 1_000_000
+    with _minted:
+        last, counter = _last_minted
+        if last - KEEP_ORDER_ACROSS < millis <= last:
+            millis, counter = (last, counter + 1) if counter < 0xFFF else (last + 1, 0)
+        else:
+            counter = secrets.randbits(11)  # a random start, with room to count up
+        _last_minted = (millis, counter)
+    return uuid6.UUID(int=(millis << 80) | (counter << 64) | secrets.randbits(62), version=7)
 
 
 # Accounts ------------------------------------------------------------------
@@ -151,6 +176,7 @@ def create_object(
     idempotency_key: str | None,
     lease: timedelta,
     horizon: Horizon = Horizon(),
+    clock: ClockWatch | None = None,
 ) -> tuple[RowMapping, bool]:
     """Record a new object (a fresh UUIDv7) with a lease for the inline push (none when ``lease`` is 0).
 
@@ -166,9 +192,13 @@ def create_object(
     :raise IdempotencyKeyReused: the key was used with another body.
     :raise Gone: the key's object was deleted.
     :raise NotFound, Gone: the parent is missing or deleted.
+    :raise ClockSkew: ``clock`` given, and the new ID's time is too far from the database's (see
+        :func:`create_objects`).
     """
     if idempotency_key is None:
-        [alone] = create_objects(db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon)
+        [alone] = create_objects(
+            db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon, clock=clock
+        )
         return alone.unwrap()
     row_values = {
         **_row_values(values, lease),
@@ -185,6 +215,8 @@ def create_object(
             f"Idempotency-Key {idempotency_key!r} was already used with a different request body; "
             "use a new key for a different request.",
         ) from None
+    if created and clock is not None:
+        _check_minted(clock, [row])
     if created and resource.parent is not None:
         row = _fail_under_failed_parent(db_session, resource, row)
     return row, created
@@ -197,15 +229,27 @@ def create_objects(
     items: Sequence[Mapping[str, Any]],
     lease: timedelta,
     horizon: Horizon = Horizon(),
+    clock: ClockWatch | None = None,
 ) -> list[CreateResult]:
     """Record new objects without an Idempotency-Key, each with a fresh UUIDv7 and the
     same lease, with one INSERT (:func:`create_or_return_many`); one result per item.
 
     Each item is what :func:`create_object` makes of it alone (a child under
     a missing or deleted parent is refused, under a failed one it fails at once).
+
+    With ``clock``, each new ID (minted on this host's clock) is checked against
+    the database's time in the statement that stored it (the row's
+    ``created_at``, the database's ``now()``): an ID off by more than the clock's
+    bound would be refused downstream, as from the future or already expired,
+    and is never committed. This holds even for a clock that stepped a moment
+    ago, before the watch measured it again: no ID a caller is given is dead on arrival.
+
+    :raise ClockSkew: an ID's time is too far from the database's (the caller's transaction rolls back).
     """
     rows = [{**_row_values(values, lease), "idempotency_key": None, "request_fingerprint": None} for values in items]
     results = create_or_return_many(db_session=db_session, resource=resource, items=rows, horizon=horizon)
+    if clock is not None:
+        _check_minted(clock, [result.row for result in results if result.outcome is Outcome.CREATED])
     if resource.parent is None:
         return results
     return [
@@ -213,6 +257,12 @@ def create_objects(
         if result.outcome is Outcome.CREATED else result
         for result in results
     ]
+
+
+def _check_minted(clock: ClockWatch, rows: Sequence[RowMapping]) -> None:
+    """:raise ClockSkew: a new row's ID is too far from the database's time that stored it."""
+    for row in rows:
+        clock.check_minted(uuid7_millis(row["id"]), row["created_at"].timestamp())
 
 
 def _row_values(values: Mapping[str, Any], lease: timedelta) -> dict[str, Any]:

@@ -52,12 +52,15 @@ from platform_svc.recording import (
     release_many,
 )
 from platform_svc.models import RESOURCES
+from platform_svc.skew import judged_for_skew
 from shared import config
 from shared.client import Answer, InternalClient, Operation, Outcome, encode
+from shared.clock import ClockWatch
 from shared.coalesce import Coalescer
 from shared.counters import count_push, count_repair
 from shared.db import Database
 from shared.errors import database_unavailable, describe_database_error
+from shared.horizon import Horizon
 from shared.registry import Resource
 
 log = logging.getLogger(__name__)
@@ -254,7 +257,9 @@ class Pusher:
 
     ``breaker`` (inline pushes) keeps public writes from waiting on a
     cluster_svc known to be failing; ``observe`` is told every answer (the
-    reconciler's recovery watch).
+    reconciler's recovery watch). ``horizon`` and ``clock`` judge the refusals
+    a skewed clock can cause (:mod:`platform_svc.skew`); the clock is also told
+    every answer's ``Date``. Without one, the pusher measures its own.
     """
 
     database: Database
@@ -263,7 +268,18 @@ class Pusher:
     _: KW_ONLY
     breaker: CircuitBreaker | None = None
     observe: Callable[[Answer], None] | None = None
+    horizon: Horizon = Horizon()
+    clock: ClockWatch | None = None
     _coalescers: dict[str, Coalescer] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = ClockWatch(self.database, self.horizon)
+        if self.client.clock is None:
+            self.client.clock = self.clock
+
+    def _judged(self, resource: Resource, row: RowMapping, answer: Answer) -> Answer:
+        return judged_for_skew(resource, row, answer, horizon=self.horizon, database_now=self.clock.database_now)
 
     def _inline_creates(self, resource: Resource) -> Coalescer:
         """The inline creates of ``resource`` in flight in this process, flushed together (shared.coalesce):
@@ -311,7 +327,7 @@ class Pusher:
                     else [push(self.client, resource, together[0], body=bodies[0], deadline=deadline)]
                 )
                 for index, answer in zip(indexes, pushed):
-                    answers[index] = answer
+                    answers[index] = self._judged(resource, rows[index], answer)
         changes = [change_for(resource, row, answer, self.retry, inline=True) for row, answer in zip(rows, answers)]
         with self.database.begin() as db_session:
             recorded = record_many(db_session=db_session, resource=resource, rows=rows, changes=changes)
@@ -350,7 +366,7 @@ class Pusher:
                 self.fail_waiting(resource, [recorded])
                 return recorded
             else:
-                answer = push(self.client, resource, row)
+                answer = self._judged(resource, row, push(self.client, resource, row))
                 if self.breaker is not None:
                     self.breaker.record(answer.unavailable)
                 change = change_for(resource, row, answer, self.retry, inline=True)
@@ -382,6 +398,7 @@ class Pusher:
                 release_many(db_session=db_session, resource=resource, rows=rows)
             return None
         answers = push_creates(self.client, resource, rows) if len(rows) > 1 else [push(self.client, resource, rows[0])]
+        answers = [self._judged(resource, row, answer) for row, answer in zip(rows, answers)]
         changes = [change_for(resource, row, answer, self.retry, inline=False) for row, answer in zip(rows, answers)]
         for row, answer, change in zip(rows, answers, changes):
             self._pushed(resource, row, answer, change)

@@ -91,7 +91,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
         with transaction() as db_session:
             row, created = services.create_object(
                 db_session=db_session, resource=resource, values=values, idempotency_key=key, lease=lease,
-                horizon=horizon(),
+                horizon=horizon(), clock=current_app.extensions["clock"],
             )
     if not created:
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
@@ -119,7 +119,8 @@ def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], C
 def _record_intents(database, resource: Resource, lease: timedelta, items: list[dict[str, Any]]) -> list[CreateResult]:
     with database.begin() as db_session:
         return services.create_objects(
-            db_session=db_session, resource=resource, items=items, lease=lease, horizon=horizon()
+            db_session=db_session, resource=resource, items=items, lease=lease, horizon=horizon(),
+            clock=current_app.extensions["clock"],
         )
 
 

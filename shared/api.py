@@ -24,6 +24,7 @@ from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
+from shared.clock import ClockWatch
 from shared.db import Database
 from shared.errors import (
     PROBLEM_JSON,
@@ -205,6 +206,7 @@ def create_service_app(
     internal_token: str,
     metrics_collectors: Iterable[object] = (),
     browser_blueprints: Iterable[str] = (),
+    clock: ClockWatch | None = None,
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
@@ -214,6 +216,8 @@ def create_service_app(
     ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
     ``browser_blueprints``: blueprints of pages for a browser (platform_svc's console),
     which check a session of their own instead of a bearer token and take HTML forms.
+    ``clock``: this service's measure of its clock (readiness measures it; writes
+    under ``/v1`` answer 503 ``clock_skew`` while it is past the bound).
     """
     app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
@@ -231,9 +235,12 @@ def create_service_app(
     api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     # First of the request hooks, so that requests the others refuse are counted and logged too.
     register_observability(
-        app, api, service=title, internal_token=internal_token, database=database, collectors=metrics_collectors
+        app, api, service=title, internal_token=internal_token, database=database, collectors=metrics_collectors,
+        clock=clock,
     )
     register_authentication(app, authenticate)
+    if clock is not None:
+        register_clock_guard(app, clock)
     app.before_request(require_json_body)
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
@@ -305,6 +312,23 @@ def require_json_body() -> None:
                 f"The body ended after {received} of the {request.content_length} bytes its Content-Length"
                 " announced; nothing was done. Send the whole request again."
             )
+
+
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def register_clock_guard(app: Flask, clock: ClockWatch) -> None:
+    """Writes to the API (under ``/v1``) wait for a clock within the bound: each is where an ID is
+    minted or judged by age. Reads go on, and so do the operations routes.
+
+    The check costs two clock reads; a query only when the last measurement is
+    old or the clock stepped since (:meth:`ClockWatch.refresh`).
+    """
+
+    @app.before_request
+    def require_a_sane_clock() -> None:
+        if request.method in WRITES and request.path.startswith("/v1/"):
+            clock.check()
 
 
 def register_authentication(app: Flask, authenticate: Callable[[str], Any | None]) -> None:

@@ -33,6 +33,7 @@ from shared.purge import BATCH, Purger, run_every
 POOL_SIZE = 8
 CONNECTIONS = 1000
 READ_TIMEOUT = 10
+WORKER_TIMEOUT = 30  # gunicorn's own default
 
 
 def fail_fast(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,14 +132,19 @@ def add_service_commands(
                   "and again for its body; then it is disconnected.")
     @click.option("--pidfile", type=click.Path(dir_okay=False), default=None,
                   help="Write the server's process id here (its workers are its children).")
+    @click.option("--worker-timeout", default=WORKER_TIMEOUT, show_default=True, type=click.IntRange(0, 3600),
+                  envvar="WORKER_TIMEOUT_SECONDS",
+                  help="Seconds a worker may go without a heartbeat (stuck, not merely busy) before it is "
+                  "restarted; 0: never.")
     @fail_fast
     def serve_command(
-        host: str, port: int, workers: int, pool_size: int, connections: int, read_timeout: int, pidfile: str | None
+        host: str, port: int, workers: int, pool_size: int, connections: int, read_timeout: int, pidfile: str | None,
+        worker_timeout: int,
     ) -> None:
         settings = dataclasses.replace(load_settings(), pool_size=pool_size)  # fails here, before forking
         run_gunicorn(
             lambda: create_app(settings), name=name, host=host, port=port, workers=workers, connections=connections,
-            read_timeout=read_timeout, pidfile=pidfile,
+            read_timeout=read_timeout, pidfile=pidfile, worker_timeout=worker_timeout,
             log_format=log_format(),  # fails here too, on a LOG_FORMAT it does not know
         )
 
@@ -215,6 +221,7 @@ def run_gunicorn(
     read_timeout: int = READ_TIMEOUT,
     pidfile: str | None = None,
     log_format: str = "text",
+    worker_timeout: int = WORKER_TIMEOUT,
 ) -> None:
     """Serve the app with gevent workers (see shared/gunicorn_worker.py).
 
@@ -241,6 +248,7 @@ def run_gunicorn(
             "pidfile": pidfile,
             "proc_name": name,
             "graceful_timeout": 10,
+            "timeout": worker_timeout,
             "errorlog": "-",
             # Several services (and test servers) run side by side; gunicorn's
             # control socket would make them fight over one path.

@@ -8,7 +8,8 @@ is classified for the caller, who records it and retries later on its own:
 - ``DONE``: the object is where the caller wants it (201 or 200; for a delete
   also 204, 404 and 410).
 - ``TRANSIENT``: try again later (connection errors, timeouts, 5xx, 429, and
-  401/403, which an operator fixes by correcting the token).
+  401/403, which an operator fixes by correcting the token). A 503 ``clock_skew``
+  is one of these: cluster_svc's clock is too far from its database's to judge IDs.
 - ``PERMANENT``: retrying cannot help (409 ``id_conflict``, 410 on a create or
   update, 422, and any other 4xx).
 
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from shared.transport import RETRY_STATUSES, ClientPolicy, NoAnswer, Transport, encode, reason, send_in_batches
+
+if TYPE_CHECKING:
+    from shared.clock import ClockWatch
 
 __all__ = [
     "RETRY_STATUSES", "Answer", "ClientPolicy", "InternalClient", "Operation", "Outcome", "classify", "encode",
@@ -85,6 +89,7 @@ class InternalClient:
         self.transport = Transport(base_url, {"Authorization": f"Bearer {token}"}, policy)
         self.base_url = self.transport.base_url
         self.policy = policy
+        self.clock: ClockWatch | None = None  # told every answer's Date, when set (platform_svc's pushers)
 
     def create(self, path: str, body: dict[str, Any], *, deadline: float | None = None) -> Answer:
         return self.call(Operation.CREATE, "POST", path, body, deadline=deadline)
@@ -136,6 +141,8 @@ class InternalClient:
             reply = self.transport.send(method, path, body, deadline=deadline)
         except NoAnswer as exc:
             return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {exc.reason}", operation, body)
+        if self.clock is not None:
+            self.clock.observe_date(reply.headers.get("Date"), reply.sent_at, reply.received_at)
         outcome = classify(operation, reply.status)
         return Answer(outcome, reply.status, reply.body, reason(f"{method} {path}", reply.status, reply.body),
                       operation, body)

@@ -113,6 +113,13 @@ class ValidationFailed(ProblemError):
         super().__init__(detail, errors=errors)
 
 
+class IdFromTheFuture(ValidationFailed):
+    """A UUIDv7 more than the future tolerance ahead of this server's clock: a code of its own,
+    so a caller can tell it from a body it must fix (time cures it; a skewed clock may be the cause)."""
+
+    code = "id_from_the_future"
+
+
 # Codes for HTTP errors raised by Flask, Werkzeug and webargs rather than by us,
 # and for those gunicorn answers itself before a request reaches Flask
 # (shared.gunicorn_worker): one table, so a status has one code whoever answers.

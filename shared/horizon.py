@@ -19,7 +19,9 @@ right before its INSERT and checks a row it created again right after
 (:meth:`Horizon.landed_in_time`): a row that landed so late that a purge may
 already have passed its ID is not committed. So as long as the hosts' clocks
 agree with the database's within half the grace, no purge can race a create
-into bringing an ID back (docs/decisions/0009-uuidv7-horizon.md).
+into bringing an ID back (docs/decisions/0009-uuidv7-horizon.md); each
+service measures that they do, and refuses IDs when they do not
+(:mod:`shared.clock`, docs/decisions/0016-clocks.md).
 
 A UUIDv7 more than :data:`FUTURE_TOLERANCE` ahead of now is refused (422):
 it would escape the horizon for as long as it lies in the future.

@@ -11,7 +11,11 @@
 - ``GET /healthz`` (alive), ``GET /readyz`` (the database answers) and
   ``GET /metrics`` (internal token required, whatever the service's own
   authentication is), whose ``ready`` gauge says what ``/readyz`` would
-  (``/metrics`` itself answers with the database down, so an alert needs it).
+  (``/metrics`` itself answers with the database down, so an alert needs it);
+- with a :class:`~shared.clock.ClockWatch`, readiness's query is the clock's
+  measurement (``SELECT clock_timestamp()``, in place of ``SELECT 1``), so every
+  readiness check and every scrape measures the offset anew, and
+  ``clock_offset_seconds`` is served beside ``ready``.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from marshmallow import Schema, fields
 from sqlalchemy import text
 
 from shared import request_id
+from shared.clock import ClockCollector, ClockWatch
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, database_unavailable_problem
 from shared.schemas import ProblemSchema
@@ -58,6 +63,7 @@ def register_observability(
     internal_token: str,
     database: Database,
     collectors: Iterable[object] = (),
+    clock: ClockWatch | None = None,
 ) -> None:
     """Request IDs, HTTP metrics, the access log and the operations routes.
 
@@ -68,10 +74,11 @@ def register_observability(
     from shared import metrics  # here, not at import: see shared.metrics
 
     metrics.check_storage()
-    readiness = _Readiness(database)
+    readiness = _Readiness(database, clock)
     # Readiness first: a scrape then says whether the database answers before
-    # the database's own gauges try it.
-    collectors = (metrics.ReadyCollector(readiness.check), *collectors)
+    # the database's own gauges try it (and its check measured the clock just before its gauge).
+    clocks = (ClockCollector(clock),) if clock is not None else ()
+    collectors = (metrics.ReadyCollector(readiness.check), *clocks, *collectors)
     registry = metrics.scrape_registry(collectors)
     recorder = _Recorder(metrics)
 
@@ -196,8 +203,9 @@ class _Readiness:
     truth: the service is not ready.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, clock: ClockWatch | None = None) -> None:
         self._database = database
+        self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
 
     def check(self) -> bool:
@@ -213,7 +221,10 @@ class _Readiness:
     def _select_one(self) -> bool:
         try:
             with self._database.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
+                if self._clock is not None:
+                    self._clock.measure_on(connection)
+                else:
+                    connection.execute(text("SELECT 1"))
             return True
         except Exception as exc:  # any failure to answer means not ready
             log.warning("readiness: the database is unreachable (%s)", type(exc).__name__)

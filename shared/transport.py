@@ -153,6 +153,10 @@ class Reply:
     headers: Mapping[str, str]  # case-insensitive
     body: Any  # the decoded JSON body; None when empty or not JSON
     attempts: int
+    # This host's wall clock when the answering attempt was sent and answered: the
+    # answer's Date was stamped between the two (shared.clock compares them).
+    sent_at: float = 0.0
+    received_at: float = 0.0
 
 
 class Transport:
@@ -200,6 +204,7 @@ class Transport:
         while True:
             attempts += 1
             reply: Reply | None = None
+            sent_at = time.time()
             try:
                 response = self._pool.urlopen(
                     method, self._prefix + path, body=payload, headers=sent, retries=False,
@@ -212,7 +217,7 @@ class Transport:
                     raise NoAnswer(method, path, exc, attempts=attempts, elapsed=time.monotonic() - started) from exc
             else:
                 error = None
-                reply = Reply(response.status, response.headers, decode(response.data), attempts)
+                reply = Reply(response.status, response.headers, decode(response.data), attempts, sent_at, time.time())
                 if not policy.retries_answer(reply.status, reply.body, has_retry_after=bool(
                         response.headers.get("Retry-After"))):
                     return reply

@@ -98,6 +98,7 @@ def resource_labels() -> set[str]:
 def registered_values(registered) -> dict[tuple[str, str], set[str]]:
     """(metric, label) -> the values the code accepts, for each label that takes a fixed set."""
     from platform_svc.sync_metrics import STATES
+    from shared.clock import REFERENCES
 
     values = {
         (name, "resource"): resource_labels() for name, metric in registered.items() if "resource" in metric.labels
@@ -109,6 +110,7 @@ def registered_values(registered) -> dict[tuple[str, str], set[str]]:
         for label, accepted in zip(wrapper._labelnames[1:], allowed, strict=True):
             values[(exposed_name(wrapper), label)] = set(accepted)
     values[("sync_rows", "state")] = set(STATES)
+    values[("clock_offset_seconds", "reference")] = set(REFERENCES)
     return values
 
 

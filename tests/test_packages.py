@@ -49,7 +49,8 @@ def test_every_target_names_known_packages_and_the_ci_list_is_all_of_them():
         assert set(needed) <= set(packages.PACKAGES), target
     every = {package for needed in packages.TARGETS.values() for package in needed}
     assert every == {
-        "docker-compose", "prometheus", "chromium", "chromium-driver", "pgbouncer", "etcd-server", "haproxy", "postgresql-15"
+        "docker-compose", "prometheus", "chromium", "chromium-driver", "faketime",
+        "pgbouncer", "etcd-server", "haproxy", "postgresql-15",
     }
     assert packages.find("/nonexistent/bin/postgres") is None  # a program off PATH is found by its path
     assert packages.package_of("promtool") == "prometheus"

@@ -40,10 +40,12 @@ PACKAGES = {
     # Chromium driven by Selenium through Debian's chromedriver (no browser download).
     "chromium": ("chromium",),
     "chromium-driver": ("chromedriver",),
+    # Runs one service under a skewed or jumping clock (tests/e2e/test_clocks.py).
+    "faketime": ("faketime",),
 }
 # What each make target needs. test-scale runs tests/scale, which starts the production shape.
 TARGETS = {
-    "test": ("docker-compose", "prometheus", "chromium", "chromium-driver"),
+    "test": ("docker-compose", "prometheus", "chromium", "chromium-driver", "faketime"),
     "test-scale": ("pgbouncer", "etcd-server", "haproxy", "postgresql-15"),
     "run-ha": ("etcd-server", "haproxy", "pgbouncer", "postgresql-15"),
 }

@@ -193,7 +193,9 @@ class Pair:
     (:attr:`proxy`). With ``purge_every``, purge runs on both sides as an
     operator runs it: ``cluster-svc purge --every`` beside the pair from
     start to stop (:meth:`purging`), and every :meth:`reconciler` with
-    ``--purge-interval`` (unless the caller gives its own). Start it with
+    ``--purge-interval`` (unless the caller gives its own). ``service_env``
+    adds to one service's ``serve`` alone (by ``cluster_svc`` or ``platform_svc``):
+    a fake clock (tooling.fakeclock) around one process. Start it with
     :meth:`start` (or ``with``).
     """
 
@@ -207,6 +209,7 @@ class Pair:
         proxy: bool = False,
         workers: int = 2,
         purge_every: float | None = None,
+        service_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.token = TOKEN
         self.cluster_db_url = cluster_db_url
@@ -217,6 +220,7 @@ class Pair:
         self.env = {**TIMINGS, "TMPDIR": str(workdir / "tmp"), **(env or {})}
         self.horizon = Horizon(id_horizon_seconds(self.env))
         self.purge_every = purge_every
+        self.service_env = service_env or {}
         self._background = ExitStack()  # what runs beside the services until stop (the purge)
         self._purges = 0
         self.serve = ["serve", "--workers", str(workers), "--threads", "8"]
@@ -309,11 +313,13 @@ class Pair:
 
     def _cluster_service(self, port: int) -> LiveServer:
         argv = [console_script("cluster-svc"), *self.serve]
-        return LiveServer(argv, self.cluster_env, port=port, output=self.workdir / "cluster_svc.log")
+        env = {**self.cluster_env, **self.service_env.get("cluster_svc", {})}
+        return LiveServer(argv, env, port=port, output=self.workdir / "cluster_svc.log")
 
     def _platform_service(self, port: int) -> LiveServer:
         argv = [console_script("platform-svc"), *self.serve]
-        return LiveServer(argv, self.platform_env, port=port, output=self.workdir / "platform_svc.log")
+        env = {**self.platform_env, **self.service_env.get("platform_svc", {})}
+        return LiveServer(argv, env, port=port, output=self.workdir / "platform_svc.log")
 
     # -- processes -----------------------------------------------------------------
 

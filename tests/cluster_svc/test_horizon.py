@@ -197,7 +197,7 @@ def test_a_batch_answers_a_uuid7_from_the_future_422_in_its_place(client, engine
     future, fresh = cluster_body(id=str(uuid7_ago(FUTURE))), cluster_body()
     results = client.post("/v1/clusters/batch", json={"items": [future, fresh]}).get_json()["results"]
     assert [result["status"] for result in results] == [422, 201]
-    assert results[0]["problem"]["code"] == "validation_error"
+    assert results[0]["problem"]["code"] == "id_from_the_future"
     assert db_row(engine, "clusters", future["id"]) is None
 
 

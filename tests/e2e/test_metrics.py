@@ -248,6 +248,10 @@ def test_the_reconciler_serves_its_push_counts_on_its_metrics_port(fresh_pair, t
 
         samples = wait_for(pushed, timeout=30, what="the reconciler to count 4 pushes")
         assert value(samples, "sync_pushes_total", outcome="transient") == 0
+        # Its clock, measured by the scrape against the database and by every answer's Date: right.
+        assert series(samples, "clock_offset_seconds") == {
+            frozenset({("reference", "database")}): 0.0, frozenset({("reference", "cluster_svc")}): 0.0
+        }
         assert list(stray_dir.iterdir()) == []
     pair.assert_downstream_matches()
 
