@@ -123,6 +123,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         authenticate=functools.partial(auth.admit, authenticator),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
+        rate_limited="/v1/",
         testing=testing,
     )
     # One breaker per process: after a few inline pushes cluster_svc could not

@@ -204,6 +204,7 @@ def create_service_app(
     authenticate: Callable[[str], Any | None],
     internal_token: str,
     metrics_collectors: Iterable[object] = (),
+    rate_limited: str | None = None,
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
@@ -211,6 +212,8 @@ def create_service_app(
     ``authenticate`` maps a bearer token to a principal (stored in ``g.principal``)
     or ``None`` when the token is not valid. ``internal_token`` guards
     ``/metrics``; ``metrics_collectors`` add what it serves beside the counters.
+    ``rate_limited``: the path prefix of the operations that answer 429 and the rate-limit
+    headers (the service counts the requests itself), for the OpenAPI document.
     """
     app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
@@ -221,7 +224,7 @@ def create_service_app(
         spec_kwargs={
             "security": [{"bearerAuth": []}],
             "marshmallow_plugin": SchemaPlugin(),
-            "extra_plugins": [ContractPlugin(secured=True)],
+            "extra_plugins": [ContractPlugin(secured=True, rate_limited=rate_limited)],
         },
     )
     api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})

@@ -311,13 +311,17 @@ class Pair:
             **self.env,
         }
 
-    def _cluster_service(self, port: int) -> LiveServer:
+    def _cluster_service(self, port: int, env: dict[str, str] | None = None) -> LiveServer:
         argv = [console_script("cluster-svc"), *self.serve]
-        return LiveServer(argv, self.cluster_env, port=port, output=self.workdir / "cluster_svc.log")
+        return LiveServer(argv, {**self.cluster_env, **(env or {})}, port=port, output=self.workdir / "cluster_svc.log")
 
-    def _platform_service(self, port: int) -> LiveServer:
+    def _platform_service(self, port: int, env: dict[str, str] | None = None) -> LiveServer:
         argv = [console_script("platform-svc"), *self.serve]
-        return LiveServer(argv, self.platform_env, port=port, output=self.workdir / "platform_svc.log")
+        return LiveServer(argv, {**self.platform_env, **(env or {})}, port=port, output=self.workdir / "platform_svc.log")
+
+    def platform_replica(self, env: dict[str, str] | None = None) -> LiveServer:
+        """Another platform_svc on the same database, on a port of its own (started; the caller stops it)."""
+        return self._platform_service(free_port(), env).start()
 
     # -- processes -----------------------------------------------------------------
 
@@ -339,16 +343,17 @@ class Pair:
         self.cluster_svc.stop(signal.SIGKILL)
         self.events["sigkill cluster_svc"] += 1
 
-    def restart_cluster_svc(self) -> None:
-        """cluster_svc again on the same port, where platform_svc (or the proxy) sends everything."""
-        self.cluster_svc = self._cluster_service(self.cluster_svc.port).start()
+    def restart_cluster_svc(self, env: dict[str, str] | None = None) -> None:
+        """cluster_svc again on the same port, where platform_svc (or the proxy) sends everything;
+        with ``env`` over its settings (a new ``INTERNAL_TOKEN``, say)."""
+        self.cluster_svc = self._cluster_service(self.cluster_svc.port, env).start()
 
     def kill_platform_svc(self) -> None:
         self.platform_svc.stop(signal.SIGKILL)
         self.events["sigkill platform_svc"] += 1
 
-    def restart_platform_svc(self) -> None:
-        self.platform_svc = self._platform_service(self.platform_svc.port).start()
+    def restart_platform_svc(self, env: dict[str, str] | None = None) -> None:
+        self.platform_svc = self._platform_service(self.platform_svc.port, env).start()
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """Run ``platform-svc ARGS`` to completion."""
