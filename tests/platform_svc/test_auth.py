@@ -100,3 +100,42 @@ def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):
     created = client.post("/v1/clusters", json=cluster_body(name="cli-db"))
     assert created.status_code == 201
     assert created.get_json()["sync_state"] == "synced"
+
+
+def test_key_and_limit_commands_say_what_they_did_and_refuse_what_does_not_exist(platform_db_url, platform_engine):
+    """The commands' other paths, in-process (the console script itself: tests/e2e/test_credentials.py)."""
+    from click.testing import CliRunner
+
+    from platform_svc.cli import main
+
+    env = {"PLATFORM_DATABASE_URL": platform_db_url}
+    run = lambda *args: CliRunner().invoke(main, list(args), env=env)  # noqa: E731
+    created = run("create-account", "commands", "--rate-limit", "9", "--json")
+    assert created.exit_code == 0, created.output
+    account_id = json.loads(created.output)["account_id"]
+
+    issued = run("create-key", account_id)
+    assert issued.exit_code == 0 and "store the key now" in issued.output
+    key_id = issued.output.split()[1]
+    listing = run("list-keys", account_id).output.splitlines()
+    assert len(listing) == 2 and all(line.endswith("active") and "never used" in line for line in listing)
+    assert run("revoke-key", key_id).exit_code == 0
+    assert run("revoke-key", key_id).exit_code == 0  # again: nothing more to do
+    assert "revoked" in run("list-keys", account_id).output.splitlines()[1]
+
+    def limit():
+        with platform_engine.connect() as conn:
+            return conn.execute(text("SELECT rate_limit FROM accounts WHERE id = :id"), {"id": account_id}).scalar()
+
+    assert limit() == 9
+    assert run("set-rate-limit", account_id, "250").output.strip().endswith("250 requests per second")
+    assert limit() == 250
+    assert run("set-rate-limit", account_id, "default").exit_code == 0
+    assert limit() is None
+
+    unknown = "0193a1b2-7c00-7000-8000-0000000000aa"
+    for args in (("create-key", unknown), ("revoke-key", "0123456789abcdef"), ("set-rate-limit", unknown, "5")):
+        refused = run(*args)
+        assert refused.exit_code == 1 and "no " in refused.output, args
+    assert run("set-rate-limit", account_id, "0").exit_code == 2
+    assert run("list-keys", unknown).output.strip() == f"no keys for account {unknown}"
