@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -186,7 +187,8 @@ class Authenticator:
     holds at once in every process. The statement runs on its own
     autocommitted connection: one round trip, no BEGIN or COMMIT of its own.
 
-    :raise TooManyRequests: the key is valid, and its account has used its window.
+    :raise TooManyRequests: the key is valid, and its account has used its window (raised when
+        that window ends).
     """
 
     def __init__(self, database: Database, default_limit: int = DEFAULT_RATE_LIMIT) -> None:
@@ -205,10 +207,16 @@ class Authenticator:
             return None
         admission = Admission(row.account_id, row.rate_limit, row.used, row.window_start, float(row.reset))
         if admission.used > admission.limit:
+            # Answered when the window ends, not at once: a client that ignores Retry-After then gets
+            # one answer per connection per window, instead of making the service spend its CPU on
+            # refusing it as fast as it can send (which slowed every other account down as much as
+            # serving it had). The wait holds a greenlet, not a database connection; the caller may
+            # try again at once.
+            time.sleep(min(max(admission.reset, 0.0), WINDOW_SECONDS))
             raise TooManyRequests(
-                f"This account may make {admission.limit} requests per second; try again in"
-                f" {admission.reset_seconds} s.",
-                headers={"Retry-After": str(admission.reset_seconds), **admission.headers()},
+                f"This account may make {admission.limit} requests per second; this one came after"
+                f" {admission.limit} in its second, and was answered when that second ended: try again now.",
+                headers={"Retry-After": "0", **admission.headers(), "RateLimit-Remaining": "0", "RateLimit-Reset": "0"},
             )
         return admission
 
