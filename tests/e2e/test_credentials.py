@@ -175,7 +175,7 @@ def test_rotating_the_internal_token_as_documented_fails_no_push(new_pair):
                             headers = {"Authorization": f"Bearer {token}"}
                             assert requests.get(f"{server.url}/metrics", headers=headers, timeout=10).ok
                 # Pushed inline with the token this step presents (and by the reconciler: the rows left pending).
-                wait_for(lambda: traffic.synced_in(phase) >= 3, what=f"creates pushed inline after '{phase}'")
+                wait_for(lambda phase=phase: traffic.synced_in(phase) >= 3, what=f"creates pushed inline after '{phase}'")
         finally:
             traffic.__exit__(None, None, None)
             wait_for(pair.all_synced, timeout=30, what="every row synced after the rotation")

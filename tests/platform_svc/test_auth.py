@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc import auth
-from tooling.testing import StatementCounter, assert_problem, console_script
 from tests.platform_svc.conftest import authed_client, cluster_body, make_account
+from tooling.testing import StatementCounter, assert_problem, console_script
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_key_and_limit_commands_say_what_they_did_and_refuse_what_does_not_exist
     from platform_svc.cli import main
 
     env = {"PLATFORM_DATABASE_URL": platform_db_url}
-    run = lambda *args: CliRunner().invoke(main, list(args), env=env)  # noqa: E731
+    run = lambda *args: CliRunner().invoke(main, list(args), env=env)
     created = run("create-account", "commands", "--rate-limit", "9", "--json")
     assert created.exit_code == 0, created.output
     account_id = json.loads(created.output)["account_id"]

@@ -13,7 +13,12 @@ import uuid
 from sqlalchemy import text
 
 from platform_svc import auth
-from tests.platform_svc.conftest import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
+from tests.platform_svc.conftest import (
+    UNREACHED_RATE_LIMIT,
+    authed_client,
+    cluster_body,
+    make_account,
+)
 from tooling.testing import assert_problem
 
 
@@ -138,7 +143,7 @@ def test_without_a_limit_of_its_own_an_account_has_the_default(app, platform_dat
 
 
 def test_refused_keys_count_nothing_and_carry_no_ratelimit_fields(app, platform_database, platform_engine):
-    account_id, api_key = limited_account(platform_database, 1)
+    _, api_key = limited_account(platform_database, 1)
     wrong = authed_client(app, api_key[:-1] + ("A" if api_key[-1] != "A" else "B"))
 
     answers = in_one_window(

@@ -103,7 +103,7 @@ def test_creates_declare_location_and_idempotent_replayed(spec):
     creates = [(path, op) for path, method, op in operations(spec) if method == "POST" and "batch" not in path]
     assert len(creates) == 2
     for path, operation in creates:
-        def headers(status):  # besides the rate limit's (tested below)
+        def headers(status, operation=operation):  # besides the rate limit's (tested below)
             return {name for name in response(spec, operation, status)["headers"] if not name.startswith("RateLimit-")}
 
         assert headers(201) == {"Location", "X-Request-ID"}, path
