@@ -197,7 +197,8 @@ class Authenticator:
 
     def __call__(self, api_key: str) -> Admission | None:
         key_id, _, secret = api_key.partition(".")
-        if not key_id or not secret or len(key_id) > 32:
+        # Key ids are hex; anything else (a NUL PostgreSQL would refuse, say) is no key, not a 500.
+        if not secret or not (key_id.isascii() and key_id.isalnum() and len(key_id) <= 32):
             return None
         with self.engine.connect() as connection:
             row = connection.execute(

@@ -22,6 +22,9 @@ from tooling.testing import StatementCounter, assert_problem, console_script
         "Bearer ",
         "Bearer not-a-key",
         "Bearer 0123456789abcdef.wrong-secret",
+        "Bearer 0123456789abcdef" + "0" * 40 + ".too-long-an-id",
+        "Bearer caf\u00e9.non-ascii-id",
+        "Bearer ../../etc.passwd",
         "Basic dXNlcjpwYXNz",
     ],
 )
@@ -139,3 +142,13 @@ def test_key_and_limit_commands_say_what_they_did_and_refuse_what_does_not_exist
         assert refused.exit_code == 1 and "no " in refused.output, args
     assert run("set-rate-limit", account_id, "0").exit_code == 2
     assert run("list-keys", unknown).output.strip() == f"no keys for account {unknown}"
+
+
+def test_a_key_with_a_nul_is_refused_never_a_500(platform_database):
+    """PostgreSQL cannot take a NUL in a string: such a key is no key (401), never a failed statement."""
+    _, api_key = make_account(platform_database, "nul")
+    authenticate = auth.Authenticator(platform_database)
+    key_id, _, secret = api_key.partition(".")
+    assert authenticate(f"{key_id}\x00.{secret}") is None
+    assert authenticate(f"{key_id}.{secret}\x00") is None
+    assert authenticate(api_key) is not None
