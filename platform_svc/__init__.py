@@ -56,6 +56,22 @@ def inline_lease(environ: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(seconds=config.seconds("INLINE_LEASE_SECONDS", 15, environ))
 
 
+DEFAULT_RATE_LIMIT = 100  # public requests per second per account, as Stripe allows
+MAX_RATE_LIMIT = 1_000_000
+
+
+def default_rate_limit(environ: Mapping[str, str] | None = None) -> int:
+    """``ACCOUNT_RATE_LIMIT``: public requests per second an account may make unless it has a limit
+    of its own (``platform-svc set-rate-limit``); 100 by default.
+
+    :raise ConfigError: set, but not an integer from 1 to 1,000,000.
+    """
+    limit = config.integer("ACCOUNT_RATE_LIMIT", DEFAULT_RATE_LIMIT, environ)
+    if not 1 <= limit <= MAX_RATE_LIMIT:
+        raise config.ConfigError(f"ACCOUNT_RATE_LIMIT must be from 1 to {MAX_RATE_LIMIT:,} requests per second, got {limit}")
+    return limit
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
@@ -65,7 +81,7 @@ class Settings:
     breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
     inline_lease: timedelta = timedelta(seconds=15)  # see inline_lease()
-    rate_limit: int = 100  # public requests per second per account without a limit of its own (ACCOUNT_RATE_LIMIT)
+    rate_limit: int = DEFAULT_RATE_LIMIT  # see default_rate_limit()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -78,7 +94,7 @@ class Settings:
             breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
             id_horizon_seconds=config.id_horizon_seconds(),
             inline_lease=inline_lease(),
-            rate_limit=_default_rate_limit(),
+            rate_limit=default_rate_limit(),
         )
 
     @property
@@ -95,12 +111,6 @@ class Settings:
     def client(self, policy: ClientPolicy) -> InternalClient:
         """A client of cluster_svc presenting the first of the internal tokens (the others are only accepted)."""
         return InternalClient(self.cluster_svc_url, config.internal_tokens(self.internal_token)[0], policy)
-
-
-def _default_rate_limit() -> int:
-    from platform_svc.auth import default_rate_limit
-
-    return default_rate_limit()
 
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:

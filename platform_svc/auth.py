@@ -32,28 +32,13 @@ from flask import Response, g
 from sqlalchemy import Connection, bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Row
 
+from platform_svc import DEFAULT_RATE_LIMIT
 from platform_svc.models import Account, ApiKey
-from shared import config
 from shared.db import Database
 from shared.errors import ProblemError
 
-ACCOUNT_RATE_LIMIT = "ACCOUNT_RATE_LIMIT"
-DEFAULT_RATE_LIMIT = 100  # public requests per second per account, as Stripe allows
-MAX_RATE_LIMIT = 1_000_000
 WINDOW_SECONDS = 1
 LAST_USED_EVERY = "1 minute"  # how stale a key's last_used_at may get: one write per key per minute at most
-
-
-def default_rate_limit(environ=None) -> int:
-    """``ACCOUNT_RATE_LIMIT``: public requests per second an account may make unless it has a limit
-    of its own (``platform-svc set-rate-limit``); 100 by default.
-
-    :raise ConfigError: set, but not an integer from 1 to 1,000,000.
-    """
-    limit = config.integer(ACCOUNT_RATE_LIMIT, DEFAULT_RATE_LIMIT, environ)
-    if not 1 <= limit <= MAX_RATE_LIMIT:
-        raise config.ConfigError(f"{ACCOUNT_RATE_LIMIT} must be from 1 to {MAX_RATE_LIMIT:,} requests per second, got {limit}")
-    return limit
 
 
 class TooManyRequests(ProblemError):

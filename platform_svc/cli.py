@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from platform_svc import Settings, create_app
+from platform_svc import MAX_RATE_LIMIT, Settings, create_app
 from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
 from platform_svc.models import RESOURCES
 from platform_svc.purge import purger
@@ -164,8 +164,6 @@ def _platform_database():
 
 
 def _rate_limit_option(help_text: str):
-    from platform_svc.auth import MAX_RATE_LIMIT
-
     return click.option("--rate-limit", type=click.IntRange(1, MAX_RATE_LIMIT), default=None, help=help_text)
 
 
@@ -257,7 +255,7 @@ def revoke_key(key_id: str) -> None:
 def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
     from platform_svc import auth
 
-    value = None if limit.strip().lower() == "default" else click.IntRange(1, auth.MAX_RATE_LIMIT).convert(
+    value = None if limit.strip().lower() == "default" else click.IntRange(1, MAX_RATE_LIMIT).convert(
         limit, None, click.get_current_context()
     )
     with _platform_database().begin() as db_session:

@@ -153,3 +153,13 @@ def test_a_service_refuses_to_start_with_an_empty_token_in_the_list():
     assert checked_internal_token({"INTERNAL_TOKEN": "a,b"}) == "a,b"
     with pytest.raises(ConfigError, match="empty token"):
         checked_internal_token({"INTERNAL_TOKEN": "a,,b"})
+
+
+def test_account_rate_limit_is_a_positive_number_of_requests_per_second():
+    from platform_svc import default_rate_limit
+
+    assert default_rate_limit({}) == 100
+    assert default_rate_limit({"ACCOUNT_RATE_LIMIT": "250"}) == 250
+    for wrong in ("0", "-1", "1000001", "many"):
+        with pytest.raises(ConfigError, match="ACCOUNT_RATE_LIMIT"):
+            default_rate_limit({"ACCOUNT_RATE_LIMIT": wrong})
