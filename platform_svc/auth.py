@@ -32,7 +32,6 @@ from flask import Response, g
 from sqlalchemy import Connection, bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Row
 
-from platform_svc import DEFAULT_RATE_LIMIT
 from platform_svc.models import Account, ApiKey
 from shared.db import Database
 from shared.errors import ProblemError
@@ -166,7 +165,8 @@ class Admission:
 
 
 class Authenticator:
-    """Maps an API key to an :class:`Admission` (or None), counting the request against its account.
+    """Maps an API key to an :class:`Admission` (or None), counting the request against its account
+    (``default_limit``: an account's requests per second when it has no limit of its own).
 
     Nothing is cached: one statement per request, so a revocation or a removal
     holds at once in every process. The statement runs on its own
@@ -176,7 +176,7 @@ class Authenticator:
         that window ends).
     """
 
-    def __init__(self, database: Database, default_limit: int = DEFAULT_RATE_LIMIT) -> None:
+    def __init__(self, database: Database, default_limit: int) -> None:
         self.engine = database.engine.execution_options(isolation_level="AUTOCOMMIT")
         self.default_limit = default_limit
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc import auth
-from tests.platform_svc.conftest import authed_client, cluster_body, make_account
+from tests.platform_svc.conftest import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
 from tooling.testing import StatementCounter, assert_problem, console_script
 
 
@@ -73,7 +73,7 @@ def test_the_api_key_is_stored_only_as_a_hash(platform_database, platform_engine
 
 def test_authenticate_maps_a_key_to_its_account_with_one_statement_and_nothing_cached(platform_database):
     account_id, api_key = make_account(platform_database)
-    authenticate = auth.Authenticator(platform_database)
+    authenticate = auth.Authenticator(platform_database, UNREACHED_RATE_LIMIT)
     counter = StatementCounter(platform_database.engine)
 
     with counter.counting() as sent:
@@ -147,7 +147,7 @@ def test_key_and_limit_commands_say_what_they_did_and_refuse_what_does_not_exist
 def test_a_key_with_a_nul_is_refused_never_a_500(platform_database):
     """PostgreSQL cannot take a NUL in a string: such a key is no key (401), never a failed statement."""
     _, api_key = make_account(platform_database, "nul")
-    authenticate = auth.Authenticator(platform_database)
+    authenticate = auth.Authenticator(platform_database, UNREACHED_RATE_LIMIT)
     key_id, _, secret = api_key.partition(".")
     assert authenticate(f"{key_id}\x00.{secret}") is None
     assert authenticate(f"{key_id}.{secret}\x00") is None
