@@ -73,7 +73,7 @@ def main() -> None:
         platform, downstream = create_engine(platform_url), create_engine(cluster_url)
         with platform.begin() as conn:
             conn.execute(
-                text("INSERT INTO accounts (id, name, key_id, key_hash) VALUES (:account, 'bench', 'k', 'h')"),
+                text("INSERT INTO accounts (id, name) VALUES (:account, 'bench')"),
                 {"account": account},
             )
             conn.execute(text(PLATFORM_CLUSTERS), {"account": account, "n": args.clusters})

@@ -1,4 +1,4 @@
-"""``make bench``: the performance targets P1-P9 of docs/performance.md, in one run.
+"""``make bench``: the performance targets P1-P9 and P13 of docs/performance.md, in one run.
 
 Everything runs the way users run it: a real PostgreSQL (embedded unless
 ``TEST_DATABASE_URL`` names one), cluster_svc and platform_svc started through
@@ -20,6 +20,8 @@ Two phases keep PostgreSQL's 100 connections enough for every pool:
 3. The reconciler running with its default settings while cluster_svc is
    frozen for two minutes and 1,000 public creates arrive; then the seconds
    from its thaw until every row is synced. Gives P9.
+4. A quiet account's single creates alone and while another account floods
+   platform_svc over twice ``--connections`` (bench/flood.py). Gives P13.
 
 P4 (statements per create / replay) is counted in-process with
 ``tooling.testing.StatementCounter``, as tests/cluster_svc/test_statements.py does.
@@ -63,6 +65,7 @@ import psycopg2.extras
 import requests
 import uuid6
 
+from bench import flood as bench_flood
 from bench import keytable_app
 from bench.serve import connect_kwargs
 from shared.cli import READ_TIMEOUT
@@ -707,7 +710,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
 
         platform_env = {"PLATFORM_DATABASE_URL": urls["platform"], "CLUSTER_SVC_URL": cluster.url}
-        account = json.loads(run_checked([console_script("platform-svc"), "create-account", "bench", "--json"],
+        # P7 measures the service's own throughput: its account is given a limit no load here reaches.
+        account = json.loads(run_checked([console_script("platform-svc"), "create-account", "bench", "--json",
+                                          "--rate-limit", "1000000"],
                                          {**os.environ, **base_env, **platform_env}, "create-account"))
         platform_server = start("platform_svc", [console_script("platform-svc"), "serve"], platform_env)
         cl_create2 = c("cluster.create2", "cluster_svc creates (phase 2)", cluster, "create", 201)
@@ -741,6 +746,11 @@ def main(argv: list[str] | None = None) -> int:
         run_checked([console_script("platform-svc"), "reconcile", "--once"], drain_env, "reconcile before P9")
         recovery = outage_recovery(cluster, platform_server, account["api_key"], drain_env, urls["platform"], size, logs)
         log(f"bench:   {recovery.waiting} rows waiting; all synced {recovery.seconds:.2f} s after the recovery")
+        log(f"bench: P13, a quiet account's creates at -c1 alone and under another account's flood at -c{many}")
+        flood_accounts = [json.loads(run_checked([console_script("platform-svc"), "create-account", name, "--json"],
+                                                 drain_env, "create-account"))["api_key"] for name in ("quiet", "noisy")]
+        p13 = bench_flood.measure(platform_server.url, *flood_accounts, rounds=size.rounds, duration=size.duration,
+                                  connections=many, log=log)
         elapsed = time.monotonic() - started
 
         if args.profile is not None:
@@ -763,10 +773,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\npy-spy profile: {key} ({path}):")
             print(summarize(path.read_text()))
     print(report["text"])
+    print(p13.summary())
+    report["data"]["p13"] = {"measured": round(p13.ratio, 3), "goal": bench_flood.TARGET, "pass": p13.passed,
+                             "flooded_ms": p13.flooded, "alone_ms": p13.alone}
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     problems = [p for contender in phase1 + phase2 for p in contender.problems]
-    return 1 if problems else 0
+    return 1 if problems or not p13.passed else 0
 
 
 def build_report(*, size, args, pg_version, max_conn, elapsed, phase1, phase2, drains, reconcile_startup, p4, p4_extra,

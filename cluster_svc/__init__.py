@@ -6,7 +6,6 @@ called, so ``cluster_svc.client`` stays light for a caller's process.
 """
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Settings:
     database_url: str
-    internal_token: str
+    internal_token: str  # INTERNAL_TOKEN as set: one token, or several separated by commas (any is accepted)
     pool_size: int = 5
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
 
@@ -30,7 +29,7 @@ class Settings:
         """:raise ConfigError: a required setting is missing (or one is malformed)."""
         return cls(
             database_url=config.database_url("CLUSTER_DATABASE_URL"),
-            internal_token=config.require("INTERNAL_TOKEN", why="the bearer token callers of cluster_svc present"),
+            internal_token=config.checked_internal_token(why="the bearer token callers of cluster_svc present"),
             pool_size=config.integer("CLUSTER_DB_POOL_SIZE", 5),
             id_horizon_seconds=config.id_horizon_seconds(),
         )
@@ -56,10 +55,10 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # start-up, and again at each readiness check and whenever the clock steps.
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
-    expected = settings.internal_token.encode()
+    accepted = config.internal_tokens(settings.internal_token)
 
     def authenticate(token: str) -> Any | None:
-        return "internal" if hmac.compare_digest(token.encode(), expected) else None
+        return "internal" if config.token_accepted(token, accepted) else None
 
     app, api = create_service_app(
         __name__,

@@ -31,6 +31,8 @@ from shared.transport import Reply, send_in_batches
 class ClusterClient(ServiceClient):
     """cluster_svc's internal API with the internal token; thread-safe, pooled, keep-alive.
 
+    ``token``: the internal token, or ``INTERNAL_TOKEN`` as set during a rotation (several,
+    comma-separated): the first is the one sent, as the services send it.
     ``timeout``: seconds each attempt may wait to connect, and again to read.
     ``retry_for``: seconds during which failed attempts are retried; a call takes
     at most that plus one attempt. Paths are the API's (``/v1/...``).
@@ -39,7 +41,8 @@ class ClusterClient(ServiceClient):
     def __init__(
         self, base_url: str, *, token: str, timeout: float = 10.0, retry_for: float = 60.0, pool_size: int = 10
     ) -> None:
-        super().__init__(base_url, token, timeout=timeout, retry_for=retry_for, pool_size=pool_size)
+        super().__init__(base_url, token.split(",", 1)[0].strip(), timeout=timeout, retry_for=retry_for,
+                         pool_size=pool_size)
 
     def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create-or-return ``body`` (it carries the caller's ``id``) in the collection at ``path``: the

@@ -6,6 +6,7 @@ it when called, so ``platform_svc.client`` stays light for a caller's process.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,15 +56,32 @@ def inline_lease(environ: Mapping[str, str] | None = None) -> timedelta:
     return timedelta(seconds=config.seconds("INLINE_LEASE_SECONDS", 15, environ))
 
 
+DEFAULT_RATE_LIMIT = 100  # public requests per second per account, as Stripe allows
+MAX_RATE_LIMIT = 1_000_000
+
+
+def default_rate_limit(environ: Mapping[str, str] | None = None) -> int:
+    """``ACCOUNT_RATE_LIMIT``: public requests per second an account may make unless it has a limit
+    of its own (``platform-svc set-rate-limit``); 100 by default.
+
+    :raise ConfigError: set, but not an integer from 1 to 1,000,000.
+    """
+    limit = config.integer("ACCOUNT_RATE_LIMIT", DEFAULT_RATE_LIMIT, environ)
+    if not 1 <= limit <= MAX_RATE_LIMIT:
+        raise config.ConfigError(f"ACCOUNT_RATE_LIMIT must be from 1 to {MAX_RATE_LIMIT:,} requests per second, got {limit}")
+    return limit
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
     cluster_svc_url: str
-    internal_token: str
+    internal_token: str  # INTERNAL_TOKEN as set; the first of several (comma-separated) is the one sent
     pool_size: int = 5
     breaker_cool_down: int = 5  # seconds the inline breaker stays open before one request probes
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
     inline_lease: timedelta = timedelta(seconds=15)  # see inline_lease()
+    rate_limit: int = DEFAULT_RATE_LIMIT  # see default_rate_limit()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -71,11 +89,12 @@ class Settings:
         return cls(
             database_url=config.database_url("PLATFORM_DATABASE_URL"),
             cluster_svc_url=config.require("CLUSTER_SVC_URL", why="where cluster_svc listens, e.g. http://127.0.0.1:8001"),
-            internal_token=config.require("INTERNAL_TOKEN", why="the bearer token cluster_svc accepts"),
+            internal_token=config.checked_internal_token(why="the bearer token cluster_svc accepts"),
             pool_size=config.integer("PLATFORM_DB_POOL_SIZE", 5),
             breaker_cool_down=config.integer("INLINE_BREAKER_COOL_DOWN_SECONDS", 5),
             id_horizon_seconds=config.id_horizon_seconds(),
             inline_lease=inline_lease(),
+            rate_limit=default_rate_limit(),
         )
 
     @property
@@ -90,12 +109,13 @@ class Settings:
         return Database(self.database_url, pool_size=self.pool_size)
 
     def client(self, policy: ClientPolicy) -> InternalClient:
-        return InternalClient(self.cluster_svc_url, self.internal_token, policy)
+        """A client of cluster_svc presenting the first of the internal tokens (the others are only accepted)."""
+        return InternalClient(self.cluster_svc_url, config.internal_tokens(self.internal_token)[0], policy)
 
 
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
-    from platform_svc import console, services
+    from platform_svc import auth, console
     from platform_svc.breaker import CircuitBreaker
     from platform_svc.sync import Pusher
     from platform_svc.sync_metrics import SyncRowsCollector
@@ -109,16 +129,18 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # at each readiness check and whenever it steps, and each ID checked as it is stored.
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
+    authenticator = auth.Authenticator(database, settings.rate_limit)
 
     app, api = create_service_app(
         __name__,
         title="platform_svc",
         database=database,
-        authenticate=services.Authenticator(database),
+        authenticate=functools.partial(auth.admit, authenticator),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT],
         clock=clock,
+        rate_limited="/v1/",
         testing=testing,
     )
     # One breaker per process: after a few inline pushes cluster_svc could not
@@ -130,6 +152,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         database, settings.client(INLINE_POLICY), breaker=breaker, horizon=settings.horizon, clock=clock
     )
     app.extensions["inline_lease"] = settings.inline_lease
+    app.extensions["authenticator"] = authenticator
+    app.after_request(auth.rate_limit_headers)
     api.register_blueprint(blueprint())
     console.register_console(
         app, database=database, client=settings.client(console.CONSOLE_POLICY), breaker=breaker,

@@ -1,5 +1,5 @@
-"""``platform-svc``: serve, migrate, reconcile, repair, purge, create-account, sync-status,
-create-operator, revoke-operator."""
+"""``platform-svc``: serve, migrate, reconcile, repair, purge, accounts and their keys and limits,
+sync-status, create-operator, revoke-operator."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from platform_svc import Settings, create_app
+from platform_svc import MAX_RATE_LIMIT, Settings, create_app
 from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
 from platform_svc.models import RESOURCES
 from platform_svc.purge import purger
@@ -158,24 +158,113 @@ add_purge_command(
 )
 
 
+def _platform_database():
+    from shared.db import Database
+
+    return Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
+
+
+def _rate_limit_option(help_text: str):
+    return click.option("--rate-limit", type=click.IntRange(1, MAX_RATE_LIMIT), default=None, help=help_text)
+
+
 @main.command("create-account", help="Create an account and print its id and API key (shown only once).")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help='Print {"account_id": ..., "api_key": ...}.')
+@_rate_limit_option("Its own limit, in public requests per second (default: ACCOUNT_RATE_LIMIT, 100).")
 @fail_fast
-def create_account(name: str, as_json: bool) -> None:
+def create_account(name: str, as_json: bool, rate_limit: int | None) -> None:
     from platform_svc import services
-    from shared.db import Database
 
     name = name.strip()
     if not 1 <= len(name) <= 100:
         raise click.BadParameter("must be 1 to 100 characters", param_hint="NAME")
-    database = Database(config.database_url("PLATFORM_DATABASE_URL"), pool_size=1)
-    with database.begin() as db_session:
-        account_id, api_key = services.create_account(db_session=db_session, name=name)
+    with _platform_database().begin() as db_session:
+        account_id, api_key = services.create_account(db_session=db_session, name=name, rate_limit=rate_limit)
     if as_json:
         click.echo(json.dumps({"account_id": str(account_id), "api_key": api_key}))
     else:
         click.echo(f"account_id: {account_id}\napi_key:    {api_key}\n(store the key now: it is not shown again)")
+
+
+@main.command("create-key", help="Issue another API key for an account (its other keys keep working); shown once.")
+@click.argument("account_id", metavar="ACCOUNT_ID", type=click.UUID)
+@click.option("--json", "as_json", is_flag=True, help='Print {"account_id": ..., "key_id": ..., "api_key": ...}.')
+@fail_fast
+def create_key(account_id: uuid.UUID, as_json: bool) -> None:
+    from platform_svc import auth
+
+    try:
+        with _platform_database().begin() as db_session:
+            api_key = auth.issue_key(db_session=db_session, account_id=account_id)
+    except LookupError:
+        click.echo(f"platform-svc create-key: no account {account_id}", err=True)
+        sys.exit(1)
+    key_id = api_key.partition(".")[0]
+    if as_json:
+        click.echo(json.dumps({"account_id": str(account_id), "key_id": key_id, "api_key": api_key}))
+    else:
+        click.echo(f"key_id:  {key_id}\napi_key: {api_key}\n(store the key now: it is not shown again)")
+
+
+@main.command("list-keys", help="List an account's API keys: id, created, last used (to the minute), revoked.")
+@click.argument("account_id", metavar="ACCOUNT_ID", type=click.UUID)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array of keys.")
+@fail_fast
+@quiet_on_closed_pipe
+def list_keys(account_id: uuid.UUID, as_json: bool) -> None:
+    from platform_svc import auth
+
+    with _platform_database().engine.connect() as db_session:
+        keys = auth.list_keys(db_session=db_session, account_id=account_id)
+    if as_json:
+        click.echo(json.dumps([
+            {"key_id": key.key_id, **{name: _iso(getattr(key, name)) for name in ("created_at", "last_used_at", "revoked_at")}}
+            for key in keys
+        ]))
+        return
+    if not keys:
+        click.echo(f"no keys for account {account_id}")
+    for key in keys:
+        used = f"last used {key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never used"
+        state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M:%S}" if key.revoked_at else "active"
+        click.echo(f"{key.key_id}  created {key.created_at:%Y-%m-%d %H:%M:%S}  {used}  {state}")
+
+
+def _iso(moment: Any) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+@main.command("revoke-key", help="Revoke an API key (the part before the dot): it answers 401 from now on, everywhere.")
+@click.argument("key_id")
+@fail_fast
+def revoke_key(key_id: str) -> None:
+    from platform_svc import auth
+
+    with _platform_database().begin() as db_session:
+        revoked = auth.revoke_key(db_session=db_session, key_id=key_id.strip())
+    if revoked is None:
+        click.echo(f"platform-svc revoke-key: no key {key_id}", err=True)
+        sys.exit(1)
+    click.echo(f"revoked {key_id} of account {revoked.account_id} at {revoked.revoked_at:%Y-%m-%d %H:%M:%S%z}")
+
+
+@main.command("set-rate-limit", help="Set an account's limit in public requests per second, or 'default' for ACCOUNT_RATE_LIMIT.")
+@click.argument("account_id", metavar="ACCOUNT_ID", type=click.UUID)
+@click.argument("limit", metavar="LIMIT|default")
+@fail_fast
+def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
+    from platform_svc import auth
+
+    value = None if limit.strip().lower() == "default" else click.IntRange(1, MAX_RATE_LIMIT).convert(
+        limit, None, click.get_current_context()
+    )
+    with _platform_database().begin() as db_session:
+        found = auth.set_rate_limit(db_session=db_session, account_id=account_id, limit=value)
+    if not found:
+        click.echo(f"platform-svc set-rate-limit: no account {account_id}", err=True)
+        sys.exit(1)
+    click.echo(f"account {account_id}: {'the default limit' if value is None else f'{value} requests per second'}")
 
 
 @main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")

@@ -58,11 +58,44 @@ class Account(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     name: Mapped[str] = mapped_column(String(100))
-    # An API key is "<key_id>.<secret>": the id finds the row, and the secret's
-    # SHA-256 is compared in constant time. The secret itself is never stored.
-    key_id: Mapped[str] = mapped_column(String(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Public requests per second this account may make; NULL: the default (ACCOUNT_RATE_LIMIT).
+    rate_limit: Mapped[int | None] = mapped_column(Integer)
+
+
+class ApiKey(Base):
+    """One of an account's API keys (an account may hold several: a new one is issued before
+    the old one is revoked). A key is "<key_id>.<secret>": the id finds the row, and the
+    secret's SHA-256 must match. The secret itself is never stored."""
+
+    __tablename__ = "api_keys"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    account_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
     key_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Written at most once a minute per key (platform_svc.auth), not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A revoked key is kept, for list-keys to show, and never authenticates again.
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RateWindow(Base):
+    """How many public requests an account made in its current one-second window.
+
+    UNLOGGED: a counter that lives a second needs no durability, and a
+    transaction that writes only unlogged tables commits without waiting for a
+    WAL flush (or a synchronous standby), so counting a request costs no disk
+    write. A crash or a failover empties the table: every window starts afresh.
+    No foreign key, so counting takes no lock on the account's row.
+    """
+
+    __tablename__ = "rate_windows"
+    __table_args__ = {"prefixes": ["UNLOGGED"]}
+
+    account_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    used: Mapped[int] = mapped_column(Integer)
 
 
 class Synced:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import secrets
 import threading
@@ -21,10 +20,10 @@ import uuid6
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import RowMapping
 
+from platform_svc import auth
 from platform_svc.models import Account
 from platform_svc.recording import fail_waiting_descendants
 from shared.clock import ClockWatch
-from shared.db import Database
 from shared.errors import Gone, IdConflict, ProblemError
 from shared.horizon import Horizon, uuid7_millis
 from shared.idempotent import (
@@ -72,60 +71,14 @@ def new_id() -> uuid.UUID:
 # Accounts ------------------------------------------------------------------
 
 
-def create_account(*, db_session: Connection, name: str) -> tuple[uuid.UUID, str]:
-    """Create an account; return its id and its API key, which is never stored."""
-    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
-    account_id = new_id()
-    db_session.execute(insert(Account).values(id=account_id, name=name, key_id=key_id, key_hash=_hash(secret)))
-    return account_id, f"{key_id}.{secret}"
+def create_account(*, db_session: Connection, name: str, rate_limit: int | None = None) -> tuple[uuid.UUID, str]:
+    """Create an account with its first API key; return its id and the key, which is never stored.
 
-
-class Authenticator:
-    """Maps an API key to its account.
-
-    What is found by the key's public id is kept for a minute (accounts and
-    keys never change), so most requests skip a database round trip; the
-    secret's hash is compared in constant time on every request all the same.
-
-    An unknown key id costs what a known one costs, so timing cannot tell
-    whether a key id exists: the miss is cached too, and the secret is
-    compared against a dummy hash that nothing matches.
+    ``rate_limit``: its own public requests per second (None: the default, ``ACCOUNT_RATE_LIMIT``).
     """
-
-    TTL = 60.0
-    MAX_ENTRIES = 10_000
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
-        self._rows: dict[str, tuple[float, uuid.UUID | None, str]] = {}
-        self._lock = threading.Lock()
-        self._dummy_hash = _hash(secrets.token_urlsafe(32))
-
-    def __call__(self, api_key: str) -> uuid.UUID | None:
-        key_id, _, secret = api_key.partition(".")
-        if not key_id or not secret:
-            return None
-        cached = self._rows.get(key_id)
-        if cached is None or cached[0] < time.monotonic():
-            cached = self._load(key_id)
-        _, account_id, key_hash = cached
-        matches = hmac.compare_digest(key_hash, _hash(secret))
-        return account_id if matches and account_id is not None else None
-
-    def _load(self, key_id: str) -> tuple[float, uuid.UUID | None, str]:
-        with self.database.engine.connect() as db_session:
-            row = db_session.execute(select(Account.id, Account.key_hash).where(Account.key_id == key_id)).first()
-        entry = (time.monotonic() + self.TTL, *((row.id, row.key_hash) if row else (None, self._dummy_hash)))
-        with self._lock:
-            # Oldest first out: a flood of made-up key ids cannot empty the cache at once.
-            while len(self._rows) >= self.MAX_ENTRIES:
-                self._rows.pop(next(iter(self._rows)))
-            self._rows[key_id] = entry
-        return entry
-
-
-def _hash(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    account_id = new_id()
+    db_session.execute(insert(Account).values(id=account_id, name=name, rate_limit=rate_limit))
+    return account_id, auth.issue_key(db_session=db_session, account_id=account_id)
 
 
 # Objects -------------------------------------------------------------------

@@ -207,6 +207,7 @@ def create_service_app(
     metrics_collectors: Iterable[object] = (),
     browser_blueprints: Iterable[str] = (),
     clock: ClockWatch | None = None,
+    rate_limited: str | None = None,
     testing: bool = False,
 ) -> tuple[Flask, ProblemApi]:
     """Build the common app: the caller registers its blueprints on the Api.
@@ -218,6 +219,8 @@ def create_service_app(
     which check a session of their own instead of a bearer token and take HTML forms.
     ``clock``: this service's measure of its clock (readiness measures it; writes
     under ``/v1`` answer 503 ``clock_skew`` while it is past the bound).
+    ``rate_limited``: the path prefix of the operations that answer 429 and the rate-limit
+    headers (the service counts the requests itself), for the OpenAPI document.
     """
     app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
@@ -229,7 +232,7 @@ def create_service_app(
         spec_kwargs={
             "security": [{"bearerAuth": []}],
             "marshmallow_plugin": SchemaPlugin(),
-            "extra_plugins": [ContractPlugin(secured=True)],
+            "extra_plugins": [ContractPlugin(secured=True, rate_limited=rate_limited)],
         },
     )
     api.spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})

@@ -5,6 +5,7 @@ line that names it, instead of a traceback from deep inside the first request.
 """
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Mapping
 
@@ -94,3 +95,47 @@ def seconds(name: str, default: float, environ: Mapping[str, str] | None = None)
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"{name} must be a number of seconds above 0, got {raw!r}")
     return value
+
+
+INTERNAL_TOKEN = "INTERNAL_TOKEN"
+
+
+def internal_tokens(raw: str) -> tuple[str, ...]:
+    """The tokens an ``INTERNAL_TOKEN`` value holds: one, or several separated by commas.
+
+    cluster_svc (and ``/metrics`` on either service) accepts any of them; a
+    caller presents the first. That is what lets a token be rotated without a
+    refused call: the new one is added second everywhere, then put first, then
+    the old one dropped (docs/operations.md, "Rotating the internal token").
+
+    :raise ConfigError: no token at all, or an empty one (two commas in a row, one at either end).
+    """
+    tokens = tuple(token.strip() for token in raw.split(","))
+    if not any(tokens):
+        raise ConfigError(f"{INTERNAL_TOKEN} is not set")
+    if not all(tokens):
+        raise ConfigError(f"{INTERNAL_TOKEN} holds an empty token (two commas in a row, or one at either end)")
+    return tokens
+
+
+def checked_internal_token(environ: Mapping[str, str] | None = None, *, why: str = "") -> str:
+    """``INTERNAL_TOKEN`` as set, once :func:`internal_tokens` has read it.
+
+    :raise ConfigError: unset, or holding an empty token.
+    """
+    raw = require(INTERNAL_TOKEN, environ, why=why)
+    internal_tokens(raw)
+    return raw
+
+
+def token_accepted(sent: str, accepted: tuple[str, ...]) -> bool:
+    """Whether ``sent`` is one of the ``accepted`` tokens, each compared in constant time.
+
+    Every token is compared, whichever matches, so the time taken does not say
+    which one (or how many) the sender got right.
+    """
+    sent_bytes = sent.encode()
+    matched = False
+    for token in accepted:
+        matched |= hmac.compare_digest(sent_bytes, token.encode())
+    return matched

@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +31,7 @@ from flask import Flask, Response, g, request
 from marshmallow import Schema, fields
 from sqlalchemy import text
 
-from shared import request_id
+from shared import config, request_id
 from shared.clock import ClockCollector, ClockWatch
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, database_unavailable_problem
@@ -108,7 +107,9 @@ def register_observability(
         if token is not None:
             request_id.unbind(token)
 
-    api.register_blueprint(_operations_blueprint(registry, metrics.exposition, internal_token.encode(), readiness))
+    api.register_blueprint(
+        _operations_blueprint(registry, metrics.exposition, config.internal_tokens(internal_token), readiness)
+    )
     app.extensions["observability"] = {"service": service, "registry": registry, "collectors": collectors}
 
 
@@ -147,7 +148,7 @@ class _Recorder:
 
 
 def _operations_blueprint(
-    registry: Any, exposition: Callable[[Any], tuple[bytes, str]], token: bytes, readiness: _Readiness
+    registry: Any, exposition: Callable[[Any], tuple[bytes, str]], tokens: tuple[str, ...], readiness: _Readiness
 ) -> flask_smorest.Blueprint:
     blp = flask_smorest.Blueprint("operations", __name__, description="Health, readiness and metrics")
 
@@ -186,7 +187,7 @@ def _operations_blueprint(
     def metrics():
         """Prometheus metrics, in its text format."""
         scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token):
+        if scheme.lower() != "bearer" or not config.token_accepted(sent.strip(), tokens):
             raise Unauthorized("GET /metrics needs 'Authorization: Bearer <internal token>'.")
         body, content_type = exposition(registry)
         return Response(body, content_type=content_type)

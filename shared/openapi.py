@@ -37,6 +37,30 @@ IDEMPOTENT_REPLAYED = {
 RETRY_AFTER = {"description": "Seconds to wait before trying again", "schema": {"type": "integer", "minimum": 0}}
 WWW_AUTHENTICATE = {"description": "The scheme to authenticate with: Bearer", "schema": {"type": "string"}}
 
+# On the answers of a rate-limited operation (platform_svc's public API): where the
+# account stands in its window, in the IETF httpapi draft's fields (RateLimit-Limit,
+# -Remaining, -Reset; -Policy says the window).
+RATE_LIMIT_HEADERS: dict[str, dict[str, Any]] = {
+    "RateLimit-Limit": {
+        "description": "Requests the account may make per window (see RateLimit-Policy)",
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "RateLimit-Remaining": {
+        "description": "Requests left in the current window", "schema": {"type": "integer", "minimum": 0},
+    },
+    "RateLimit-Reset": {
+        "description": "Seconds until the current window ends", "schema": {"type": "integer", "minimum": 0},
+    },
+    "RateLimit-Policy": {
+        "description": "The limit and its window in seconds, e.g. '100;w=1'",
+        "schema": {"type": "string", "pattern": "^[0-9]+;w=[0-9]+$"},
+    },
+}
+TOO_MANY_REQUESTS = (
+    "The account used its requests for this window (too_many_requests): try again after Retry-After seconds."
+    " A replay with the same Idempotency-Key does not count again."
+)
+
 # On every response of every operation.
 COMMON_RESPONSE_HEADERS: dict[str, dict[str, Any]] = {
     "X-Request-ID": {
@@ -113,12 +137,22 @@ class SchemaPlugin(MarshmallowPlugin):
 class ContractPlugin(BasePlugin):
     """Declares, on every operation, the errors and headers it can answer."""
 
-    def __init__(self, *, secured: bool) -> None:
+    def __init__(self, *, secured: bool, rate_limited: str | None = None) -> None:
         self.secured = secured
+        self.rate_limited = rate_limited  # the path prefix whose operations the rate limit covers
 
     def operation_helper(self, path=None, operations=None, **kwargs) -> None:
         for operation in (operations or {}).values():
             responses = operation.setdefault("responses", {})
+            limited = self.rate_limited is not None and (path or "").startswith(self.rate_limited)
+            if limited:
+                responses[429] = {
+                    "description": TOO_MANY_REQUESTS,
+                    "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+                }
+                for status, response in responses.items():
+                    if isinstance(response, dict) and str(status) != "401":
+                        response["headers"] = {**response.get("headers", {}), **RATE_LIMIT_HEADERS}
             statuses = list(ANY_REQUEST)
             if self.secured and operation.get("security") != []:
                 statuses.append(401)

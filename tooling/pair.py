@@ -56,6 +56,10 @@ TIMINGS = {
     "RECONCILER_IDLE_SECONDS": "0.2",
     "RECONCILER_PROBE_SECONDS": "0.2",
 }
+# Tests drive one account faster than the default limit (100 public requests a
+# second) allows, and would meet 429s the test is not about: the pair's default is
+# one no test reaches, and the tests of the limit give their accounts their own.
+RATE_LIMITS = {"ACCOUNT_RATE_LIMIT": "1000000"}
 # platform_svc's inline push waits 1 s for an answer; a request the proxy delays waits longer.
 DELAY_BEYOND_INLINE_TIMEOUT = 1.5
 
@@ -217,7 +221,7 @@ class Pair:
         self.workdir = workdir
         # TMPDIR: what the processes leave behind when killed (serve's metrics folder) stays in the work folder.
         (workdir / "tmp").mkdir(exist_ok=True)
-        self.env = {**TIMINGS, "TMPDIR": str(workdir / "tmp"), **(env or {})}
+        self.env = {**TIMINGS, **RATE_LIMITS, "TMPDIR": str(workdir / "tmp"), **(env or {})}
         self.horizon = Horizon(id_horizon_seconds(self.env))
         self.purge_every = purge_every
         self.service_env = service_env or {}
@@ -311,15 +315,19 @@ class Pair:
             **self.env,
         }
 
-    def _cluster_service(self, port: int) -> LiveServer:
+    def _cluster_service(self, port: int, env: dict[str, str] | None = None) -> LiveServer:
         argv = [console_script("cluster-svc"), *self.serve]
-        env = {**self.cluster_env, **self.service_env.get("cluster_svc", {})}
+        env = {**self.cluster_env, **self.service_env.get("cluster_svc", {}), **(env or {})}
         return LiveServer(argv, env, port=port, output=self.workdir / "cluster_svc.log")
 
-    def _platform_service(self, port: int) -> LiveServer:
+    def _platform_service(self, port: int, env: dict[str, str] | None = None) -> LiveServer:
         argv = [console_script("platform-svc"), *self.serve]
-        env = {**self.platform_env, **self.service_env.get("platform_svc", {})}
+        env = {**self.platform_env, **self.service_env.get("platform_svc", {}), **(env or {})}
         return LiveServer(argv, env, port=port, output=self.workdir / "platform_svc.log")
+
+    def platform_replica(self, env: dict[str, str] | None = None) -> LiveServer:
+        """Another platform_svc on the same database, on a port of its own (started; the caller stops it)."""
+        return self._platform_service(free_port(), env).start()
 
     # -- processes -----------------------------------------------------------------
 
@@ -341,16 +349,17 @@ class Pair:
         self.cluster_svc.stop(signal.SIGKILL)
         self.events["sigkill cluster_svc"] += 1
 
-    def restart_cluster_svc(self) -> None:
-        """cluster_svc again on the same port, where platform_svc (or the proxy) sends everything."""
-        self.cluster_svc = self._cluster_service(self.cluster_svc.port).start()
+    def restart_cluster_svc(self, env: dict[str, str] | None = None) -> None:
+        """cluster_svc again on the same port, where platform_svc (or the proxy) sends everything;
+        with ``env`` over its settings (a new ``INTERNAL_TOKEN``, say)."""
+        self.cluster_svc = self._cluster_service(self.cluster_svc.port, env).start()
 
     def kill_platform_svc(self) -> None:
         self.platform_svc.stop(signal.SIGKILL)
         self.events["sigkill platform_svc"] += 1
 
-    def restart_platform_svc(self) -> None:
-        self.platform_svc = self._platform_service(self.platform_svc.port).start()
+    def restart_platform_svc(self, env: dict[str, str] | None = None) -> None:
+        self.platform_svc = self._platform_service(self.platform_svc.port, env).start()
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """Run ``platform-svc ARGS`` to completion."""

@@ -391,3 +391,13 @@ def test_the_packages_say_they_are_typed():
 
     for package in (shared, platform_svc, cluster_svc):
         assert (Path(package.__file__).parent / "py.typed").is_file()
+
+
+def test_the_internal_client_given_a_list_of_tokens_sends_the_first(server):
+    """INTERNAL_TOKEN during a rotation ("new,old") works as a program's token: the first is sent."""
+    server.script(reply(200, OBJECT))
+    with ClusterClient(server.url, token=f" {TOKEN} ,older-token", retry_for=5.0, timeout=2.0) as client:
+        client.get(f"/v1/things/{OBJECT['id']}")
+
+    [sent] = server.requests
+    assert sent.headers["Authorization"] == f"Bearer {TOKEN}"

@@ -18,6 +18,10 @@ from shared.db import Database
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
 
 TOKEN = "platform-tests-internal-token"
+# The tests' accounts send requests back to back, faster than the default limit
+# (100 a second) allows: they get a limit no test reaches, and the tests of the
+# limit give their accounts one of their own (tests/platform_svc/test_rate_limit.py).
+UNREACHED_RATE_LIMIT = 1_000_000
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +47,11 @@ def cluster_svc(downstream_db_url):
 
 def _app(platform_db_url, cluster_svc_url):
     app = create_app(
-        Settings(database_url=platform_db_url, cluster_svc_url=cluster_svc_url, internal_token=TOKEN), testing=True
+        Settings(
+            database_url=platform_db_url, cluster_svc_url=cluster_svc_url, internal_token=TOKEN,
+            rate_limit=UNREACHED_RATE_LIMIT,
+        ),
+        testing=True,
     )
     return app
 

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from sqlalchemy import text
 
-from platform_svc import services
+from platform_svc import auth
+from tests.platform_svc.conftest import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
 from tooling.testing import StatementCounter, assert_problem, console_script
-from tests.platform_svc.conftest import authed_client, cluster_body, make_account
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,9 @@ from tests.platform_svc.conftest import authed_client, cluster_body, make_accoun
         "Bearer ",
         "Bearer not-a-key",
         "Bearer 0123456789abcdef.wrong-secret",
+        "Bearer 0123456789abcdef" + "0" * 40 + ".too-long-an-id",
+        "Bearer caf\u00e9.non-ascii-id",
+        "Bearer ../../etc.passwd",
         "Basic dXNlcjpwYXNz",
     ],
 )
@@ -57,52 +60,30 @@ def test_the_api_key_is_stored_only_as_a_hash(platform_database, platform_engine
     key_id, _, secret = api_key.partition(".")
 
     with platform_engine.connect() as conn:
-        row = conn.execute(text("SELECT * FROM accounts WHERE id = :id"), {"id": account_id}).mappings().one()
-        dump = conn.execute(text("SELECT accounts::text FROM accounts WHERE id = :id"), {"id": account_id}).scalar()
+        row = conn.execute(text("SELECT * FROM api_keys WHERE account_id = :id"), {"id": account_id}).mappings().one()
+        dump = conn.execute(
+            text("SELECT string_agg(t::text, ' ') FROM (SELECT * FROM accounts a JOIN api_keys k ON k.account_id = a.id"
+                 " WHERE a.id = :id) t"), {"id": account_id}
+        ).scalar()
 
     assert secret not in dump and api_key not in dump
     assert row["key_id"] == key_id
     assert row["key_hash"] == hashlib.sha256(secret.encode()).hexdigest()
 
 
-def test_authenticate_maps_a_key_to_its_account(platform_database):
+def test_authenticate_maps_a_key_to_its_account_with_one_statement_and_nothing_cached(platform_database):
     account_id, api_key = make_account(platform_database)
-
-    authenticate = services.Authenticator(platform_database)
-    assert authenticate(api_key) == account_id
-    assert authenticate(api_key + "x") is None  # the row is cached now; the secret still has to match
-    assert authenticate(api_key.partition(".")[2]) is None
-    assert authenticate(api_key) == account_id
-
-
-def test_an_unknown_key_id_costs_what_a_known_one_costs(platform_database):
-    """Timing must not tell whether a key id exists: a miss is looked up once, then cached like a hit."""
-    _, api_key = make_account(platform_database, "timing")
-    unknown = "0123456789abcdef." + api_key.partition(".")[2]
-    authenticate = services.Authenticator(platform_database)
+    authenticate = auth.Authenticator(platform_database, UNREACHED_RATE_LIMIT)
     counter = StatementCounter(platform_database.engine)
 
-    def statements(key, times=3):
-        with counter.counting() as sent:
-            for _ in range(times):
-                authenticate(key)
-        return len(sent)
-
-    assert (statements(api_key), statements(unknown)) == (1, 1)  # one lookup each, then the cache
-    assert (statements(api_key), statements(unknown)) == (0, 0)
-    assert authenticate(unknown) is None
-    assert authenticate(api_key) is not None
-
-
-def test_a_flood_of_unknown_key_ids_keeps_the_cache_bounded(platform_database, monkeypatch):
-    _, api_key = make_account(platform_database, "flood")
-    monkeypatch.setattr(services.Authenticator, "MAX_ENTRIES", 5)
-    authenticate = services.Authenticator(platform_database)
-    for n in range(20):
-        assert authenticate(f"{n:016x}.secret") is None
-
-    assert len(authenticate._rows) == 5
-    assert authenticate(api_key) is not None
+    with counter.counting() as sent:
+        assert authenticate(api_key).account_id == account_id
+    assert len(sent) == 1  # the key, its account and its window, in one round trip
+    for wrong in (api_key + "x", api_key.partition(".")[2], "0123456789abcdef." + api_key.partition(".")[2]):
+        assert authenticate(wrong) is None
+    with counter.counting() as sent:
+        assert authenticate(api_key).account_id == account_id
+    assert len(sent) == 1  # asked again: nothing is kept in the process that a revocation could outlive
 
 
 def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):
@@ -122,3 +103,52 @@ def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):
     created = client.post("/v1/clusters", json=cluster_body(name="cli-db"))
     assert created.status_code == 201
     assert created.get_json()["sync_state"] == "synced"
+
+
+def test_key_and_limit_commands_say_what_they_did_and_refuse_what_does_not_exist(platform_db_url, platform_engine):
+    """The commands' other paths, in-process (the console script itself: tests/e2e/test_credentials.py)."""
+    from click.testing import CliRunner
+
+    from platform_svc.cli import main
+
+    env = {"PLATFORM_DATABASE_URL": platform_db_url}
+    run = lambda *args: CliRunner().invoke(main, list(args), env=env)
+    created = run("create-account", "commands", "--rate-limit", "9", "--json")
+    assert created.exit_code == 0, created.output
+    account_id = json.loads(created.output)["account_id"]
+
+    issued = run("create-key", account_id)
+    assert issued.exit_code == 0 and "store the key now" in issued.output
+    key_id = issued.output.split()[1]
+    listing = run("list-keys", account_id).output.splitlines()
+    assert len(listing) == 2 and all(line.endswith("active") and "never used" in line for line in listing)
+    assert run("revoke-key", key_id).exit_code == 0
+    assert run("revoke-key", key_id).exit_code == 0  # again: nothing more to do
+    assert "revoked" in run("list-keys", account_id).output.splitlines()[1]
+
+    def limit():
+        with platform_engine.connect() as conn:
+            return conn.execute(text("SELECT rate_limit FROM accounts WHERE id = :id"), {"id": account_id}).scalar()
+
+    assert limit() == 9
+    assert run("set-rate-limit", account_id, "250").output.strip().endswith("250 requests per second")
+    assert limit() == 250
+    assert run("set-rate-limit", account_id, "default").exit_code == 0
+    assert limit() is None
+
+    unknown = "0193a1b2-7c00-7000-8000-0000000000aa"
+    for args in (("create-key", unknown), ("revoke-key", "0123456789abcdef"), ("set-rate-limit", unknown, "5")):
+        refused = run(*args)
+        assert refused.exit_code == 1 and "no " in refused.output, args
+    assert run("set-rate-limit", account_id, "0").exit_code == 2
+    assert run("list-keys", unknown).output.strip() == f"no keys for account {unknown}"
+
+
+def test_a_key_with_a_nul_is_refused_never_a_500(platform_database):
+    """PostgreSQL cannot take a NUL in a string: such a key is no key (401), never a failed statement."""
+    _, api_key = make_account(platform_database, "nul")
+    authenticate = auth.Authenticator(platform_database, UNREACHED_RATE_LIMIT)
+    key_id, _, secret = api_key.partition(".")
+    assert authenticate(f"{key_id}\x00.{secret}") is None
+    assert authenticate(f"{key_id}.{secret}\x00") is None
+    assert authenticate(api_key) is not None

@@ -20,7 +20,7 @@ import pytest
 
 from tests.scale.load import Load
 from tooling.ha import PATRONI_TTL, Topology, alive, wait_for
-from tooling.pair import TIMINGS
+from tooling.pair import RATE_LIMITS, TIMINGS
 from tooling.testing import _data_root
 
 LEASE = 3.0  # --leader-lease of the reconcilers here (15 s by default)
@@ -32,7 +32,7 @@ def ha(request):
     workdir = Path(tempfile.mkdtemp(prefix="ha", dir=_data_root()))
     failed = request.session.testsfailed
     try:
-        with Topology(workdir, env=TIMINGS, reconciler_args=("--leader-lease", str(LEASE))) as topology:
+        with Topology(workdir, env={**TIMINGS, **RATE_LIMITS}, reconciler_args=("--leader-lease", str(LEASE))) as topology:
             yield topology
     finally:
         kept = request.session.testsfailed != failed

@@ -132,3 +132,34 @@ def test_the_default_inline_lease_outlasts_the_inline_push_it_leases_rows_to():
     longest = timedelta(seconds=INLINE_POLICY.longest_call())
     assert longest == timedelta(seconds=1)  # the figure inline_lease's docstring and docs/operations.md give
     assert inline_lease({}) > longest
+
+
+def test_internal_token_may_list_several_tokens():
+    from shared.config import internal_tokens, token_accepted
+
+    assert internal_tokens("one") == ("one",)
+    assert internal_tokens(" new , old ") == ("new", "old")
+    for broken in ("new,,old", "new,", ",old", " , "):
+        with pytest.raises(ConfigError, match="INTERNAL_TOKEN"):
+            internal_tokens(broken)
+    accepted = internal_tokens("new,old")
+    assert token_accepted("new", accepted) and token_accepted("old", accepted)
+    assert not any(token_accepted(sent, accepted) for sent in ("new,old", "ne", "newold", "", "new "))
+
+
+def test_a_service_refuses_to_start_with_an_empty_token_in_the_list():
+    from shared.config import checked_internal_token
+
+    assert checked_internal_token({"INTERNAL_TOKEN": "a,b"}) == "a,b"
+    with pytest.raises(ConfigError, match="empty token"):
+        checked_internal_token({"INTERNAL_TOKEN": "a,,b"})
+
+
+def test_account_rate_limit_is_a_positive_number_of_requests_per_second():
+    from platform_svc import default_rate_limit
+
+    assert default_rate_limit({}) == 100
+    assert default_rate_limit({"ACCOUNT_RATE_LIMIT": "250"}) == 250
+    for wrong in ("0", "-1", "1000001", "many"):
+        with pytest.raises(ConfigError, match="ACCOUNT_RATE_LIMIT"):
+            default_rate_limit({"ACCOUNT_RATE_LIMIT": wrong})

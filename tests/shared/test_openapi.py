@@ -103,8 +103,11 @@ def test_creates_declare_location_and_idempotent_replayed(spec):
     creates = [(path, op) for path, method, op in operations(spec) if method == "POST" and "batch" not in path]
     assert len(creates) == 2
     for path, operation in creates:
-        assert set(response(spec, operation, 201)["headers"]) == {"Location", "X-Request-ID"}, path
-        assert set(response(spec, operation, 200)["headers"]) == {
+        def headers(status, operation=operation):  # besides the rate limit's (tested below)
+            return {name for name in response(spec, operation, status)["headers"] if not name.startswith("RateLimit-")}
+
+        assert headers(201) == {"Location", "X-Request-ID"}, path
+        assert headers(200) == {
             "Location",
             "Idempotent-Replayed",
             "X-Request-ID",
@@ -185,3 +188,21 @@ def test_descriptions_are_commonmark_with_no_rst_double_backticks(spec):
     prose = [text for key, text in texts(spec) if key in ("description", "summary")]
     assert prose
     assert [text for text in prose if "``" in text] == []
+
+
+def test_public_operations_declare_the_rate_limit(app, spec):
+    """platform_svc's public operations answer 429 too_many_requests, with Retry-After, and every answer to a
+    request let in carries the RateLimit fields; cluster_svc (internal, not limited) declares neither."""
+    limited = [(path, method, op) for path, method, op in operations(spec) if path.startswith("/v1/")]
+    rate_limit = {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy"}
+    if app.name != "platform_svc":
+        assert all("429" not in op["responses"] for _, _, op in limited)
+        return
+    assert len(limited) == 10
+    for path, method, operation in limited:
+        assert set(response(spec, operation, 429)["headers"]) == {"Retry-After", "X-Request-ID", *rate_limit}, path
+        successes = [status for status in operation["responses"] if status.startswith("2")]
+        assert successes, (method, path)
+        for status in successes:
+            assert rate_limit <= set(response(spec, operation, status)["headers"]), (method, path, status)
+    assert "429" not in next(op for path, _, op in operations(spec) if path == "/metrics")["responses"]

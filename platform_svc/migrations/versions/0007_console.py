@@ -1,7 +1,7 @@
 """console: operators, the console's signing key, the last pass of each kind, repair runs started from the console
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-11-27 09:00:00
 
 What the operator's console (platform_svc.console) keeps: its own credential
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0007'
-down_revision: Union[str, Sequence[str], None] = '0004'
+down_revision: Union[str, Sequence[str], None] = '0006'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -1,0 +1,209 @@
+"""The per-account limit on public requests, and keys that stop working the moment they are revoked,
+through the test client (the same app gunicorn serves). Across processes: tests/e2e/test_credentials.py.
+
+The limit counts in one-second windows of the database's clock. A test that needs
+its requests inside one window starts them early in a second and checks, after,
+that the database's second did not change meanwhile; if it did, it tries again.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+from sqlalchemy import text
+
+from platform_svc import auth
+from tests.platform_svc.conftest import (
+    UNREACHED_RATE_LIMIT,
+    authed_client,
+    cluster_body,
+    make_account,
+)
+from tooling.testing import assert_problem
+
+
+def db_second(engine) -> tuple[int, float]:
+    """The database's current second, and how far into it."""
+    with engine.connect() as conn:
+        now = conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar()
+    return int(now), float(now) % 1
+
+
+def in_one_window(engine, admitted, then=None, *, tries: int = 10):
+    """Run ``admitted()`` starting early in a database second, until a run stayed inside that second
+    (one window of the limit); then ``then()`` (the request past the limit, answered when the window
+    ends). Returns what ``admitted`` returned, or both results."""
+    for _ in range(tries):
+        while (start := db_second(engine))[1] > 0.3:
+            time.sleep(0.02)
+        result = admitted()
+        if db_second(engine)[0] == start[0]:
+            return result if then is None else (result, then())
+        time.sleep(1)  # a window that may hold some of this run's requests passes
+    raise AssertionError(f"no run of {admitted} fitted in one second in {tries} tries")
+
+
+def limited_account(platform_database, limit):
+    account_id, api_key = make_account(platform_database, f"limited to {limit}")
+    with platform_database.begin() as db_session:
+        assert auth.set_rate_limit(db_session=db_session, account_id=account_id, limit=limit)
+    return account_id, api_key
+
+
+def test_past_its_limit_an_account_gets_429_when_its_window_ends_with_the_ratelimit_fields(
+    app, platform_database, platform_engine
+):
+    _, api_key = limited_account(platform_database, 3)
+    client = authed_client(app, api_key)
+
+    admitted, refused = in_one_window(
+        platform_engine,
+        lambda: [client.get("/v1/clusters") for _ in range(3)],
+        lambda: (db_second(platform_engine)[0], client.get("/v1/clusters"), db_second(platform_engine)[0]),
+    )
+
+    assert [a.status_code for a in admitted] == [200, 200, 200]
+    assert [a.headers["RateLimit-Remaining"] for a in admitted] == ["2", "1", "0"]
+    for answer in admitted:
+        assert answer.headers["RateLimit-Limit"] == "3"
+        assert answer.headers["RateLimit-Policy"] == "3;w=1"
+        assert answer.headers["RateLimit-Reset"] == "1"  # whole seconds, at least 1
+    sent_in, answer, answered_in = refused
+    problem = assert_problem(answer, 429, "too_many_requests")
+    assert "3 requests per second" in problem["detail"]
+    assert answered_in > sent_in  # held until its window ended, so the caller may try again at once:
+    assert (answer.headers["Retry-After"], answer.headers["RateLimit-Reset"]) == ("0", "0")
+    assert (answer.headers["RateLimit-Limit"], answer.headers["RateLimit-Remaining"]) == ("3", "0")
+    assert "X-Request-ID" in answer.headers
+    assert client.get("/v1/clusters").status_code == 200  # the next window
+
+
+def test_a_refused_request_does_nothing(app, platform_database, platform_engine):
+    account_id, api_key = limited_account(platform_database, 1)
+    client = authed_client(app, api_key)
+
+    created, refused = in_one_window(
+        platform_engine,
+        lambda: client.post("/v1/clusters", json=cluster_body(name="first")),
+        lambda: client.post("/v1/clusters", json=cluster_body(name="second")),
+    )
+
+    assert (created.status_code, refused.status_code) == (201, 429)
+    with platform_engine.connect() as conn:
+        stored = conn.execute(text("SELECT name FROM clusters WHERE account_id = :a"), {"a": account_id}).scalars()
+        assert list(stored) == ["first"]
+
+
+def test_an_idempotency_key_replay_does_not_count_twice(app, platform_database, platform_engine):
+    _, api_key = limited_account(platform_database, 2)
+    client = authed_client(app, api_key)
+
+    def burst():
+        key = str(uuid.uuid4())
+        first = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
+        replays = [client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}) for _ in range(3)]
+        other = client.post("/v1/clusters", json=cluster_body(name="other"))
+        return first, replays, other
+
+    (first, replays, other), over = in_one_window(
+        platform_engine, burst, lambda: client.post("/v1/clusters", json=cluster_body(name="over"))
+    )
+
+    assert first.status_code == 201 and first.headers["RateLimit-Remaining"] == "1"
+    for replay in replays:
+        assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
+        assert replay.headers["RateLimit-Remaining"] == "1"  # the replay was given back
+    assert other.status_code == 201 and other.headers["RateLimit-Remaining"] == "0"
+    assert over.status_code == 429
+
+
+def test_accounts_are_limited_apart(app, platform_database, platform_engine):
+    _, noisy_key = limited_account(platform_database, 1)
+    _, quiet_key = limited_account(platform_database, 1)
+    noisy, quiet = authed_client(app, noisy_key), authed_client(app, quiet_key)
+
+    admitted, refused = in_one_window(
+        platform_engine,
+        lambda: [noisy.get("/v1/clusters").status_code, quiet.get("/v1/clusters").status_code],
+        lambda: noisy.get("/v1/clusters").status_code,
+    )
+
+    assert (admitted, refused) == ([200, 200], 429)
+
+
+def test_without_a_limit_of_its_own_an_account_has_the_default(app, platform_database):
+    account_id, api_key = limited_account(platform_database, 7)
+    client = authed_client(app, api_key)
+    assert client.get("/v1/clusters").headers["RateLimit-Limit"] == "7"
+
+    with platform_database.begin() as db_session:
+        auth.set_rate_limit(db_session=db_session, account_id=account_id, limit=None)
+
+    assert client.get("/v1/clusters").headers["RateLimit-Limit"] == str(UNREACHED_RATE_LIMIT)  # this app's default
+
+
+def test_refused_keys_count_nothing_and_carry_no_ratelimit_fields(app, platform_database, platform_engine):
+    _, api_key = limited_account(platform_database, 1)
+    wrong = authed_client(app, api_key[:-1] + ("A" if api_key[-1] != "A" else "B"))
+
+    answers = in_one_window(
+        platform_engine, lambda: [wrong.get("/v1/clusters") for _ in range(3)] + [authed_client(app, api_key).get("/v1/clusters")]
+    )
+
+    for answer in answers[:3]:
+        assert_problem(answer, 401, "unauthorized")
+        assert "RateLimit-Limit" not in answer.headers
+    assert answers[3].status_code == 200  # a stranger who knows only the key id spent none of its requests
+
+
+def test_a_revoked_key_is_refused_at_once_and_the_others_keep_working(app, platform_database):
+    account_id, first_key = make_account(platform_database, "two keys")
+    with platform_database.begin() as db_session:
+        second_key = auth.issue_key(db_session=db_session, account_id=account_id)
+    first, second = authed_client(app, first_key), authed_client(app, second_key)
+    assert first.get("/v1/clusters").status_code == second.get("/v1/clusters").status_code == 200
+
+    with platform_database.begin() as db_session:
+        revoked = auth.revoke_key(db_session=db_session, key_id=second_key.partition(".")[0])
+    assert revoked.account_id == account_id
+
+    assert_problem(second.get("/v1/clusters"), 401, "unauthorized")
+    assert first.get("/v1/clusters").status_code == 200
+
+
+def test_an_account_or_key_removed_by_hand_is_401_never_500(app, platform_database, platform_engine):
+    removed_account, account_key = make_account(platform_database, "removed by hand")
+    kept_account, removed_key = make_account(platform_database, "key removed by hand")
+    clients = [authed_client(app, key) for key in (account_key, removed_key)]
+    assert [c.get("/v1/clusters").status_code for c in clients] == [200, 200]
+
+    with platform_engine.begin() as conn:
+        conn.execute(text("DELETE FROM accounts WHERE id = :id"), {"id": removed_account})  # its keys go with it
+        conn.execute(text("DELETE FROM api_keys WHERE account_id = :id"), {"id": kept_account})
+
+    for client in clients:
+        assert_problem(client.get("/v1/clusters"), 401, "unauthorized")
+        assert_problem(client.post("/v1/clusters", json=cluster_body()), 401, "unauthorized")
+
+
+def test_last_use_is_written_at_most_once_a_minute(app, platform_database, platform_engine):
+    account_id, api_key = make_account(platform_database, "last use")
+    client = authed_client(app, api_key)
+
+    def last_used():
+        with platform_engine.connect() as conn:
+            return conn.execute(text("SELECT last_used_at FROM api_keys WHERE account_id = :a"), {"a": account_id}).scalar()
+
+    assert last_used() is None
+    client.get("/v1/clusters")
+    first = last_used()
+    assert first is not None
+    for _ in range(5):
+        client.get("/v1/clusters")
+    assert last_used() == first  # not written again within the minute
+
+    with platform_engine.begin() as conn:
+        conn.execute(text("UPDATE api_keys SET last_used_at = now() - interval '61 seconds' WHERE account_id = :a"),
+                     {"a": account_id})
+    client.get("/v1/clusters")
+    assert last_used() > first
