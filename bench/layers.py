@@ -8,7 +8,7 @@ request is the CPU the worker process used (utime + stime from
 ``/proc/PID/stat``) over a run of ``--duration`` seconds, divided by the requests
 it answered in that run (wrk's own count). A *variant* is the
 same server with one layer stubbed out or replaced, in the worker, after the
-app is built: the patches live here, in the benchmark, and nothing in the
+app is built: the patches live in bench/layer_stubs.py, and nothing in the
 product reads them. Variants alternate round by round (A B C, B C A, ...) and
 the table gives medians, and the difference from the unpatched server, which
 is what that layer costs per request. A stub answers the same status as the
