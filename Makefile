@@ -20,7 +20,7 @@ HA_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) $(PYTHON))
 # one list; .ci/run gets them through make test and make test-scale): installed with
 # apt-get when missing and make runs as root, else named, and make stops.
 # `make packages-test PACKAGES_DRY_RUN=1` shows what a machine without them would run.
-PACKAGE_TARGETS := packages-test packages-test-scale packages-run-ha
+PACKAGE_TARGETS := packages-test packages-test-scale packages-run-ha packages-bench
 .PHONY: $(PACKAGE_TARGETS)
 $(PACKAGE_TARGETS):
 	$(PYTHON) -m tooling.packages $(@:packages-%=%)
@@ -77,7 +77,7 @@ clean:
 	rm -rf $(VENV) $(HA_VENV) .dev .dev-ha .pytest_cache .hypothesis
 
 # Performance targets P1-P9 (docs/performance.md); BENCH_ARGS=--quick for a smoke run.
-bench: $(STAMP)
+bench: packages-bench $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # The fault-injection scenarios (tests/chaos) at full size, and their table of figures;

@@ -1,4 +1,4 @@
-"""tooling/packages.py: the Debian packages make test, test-scale and run-ha install.
+"""tooling/packages.py: the Debian packages make test, test-scale, run-ha and bench install.
 
 The machine running the suite normally has them all, so the install path is
 checked here with the check forced (missing commands, root or not) and apt-get
@@ -50,7 +50,7 @@ def test_every_target_names_known_packages_and_the_ci_list_is_all_of_them():
     every = {package for needed in packages.TARGETS.values() for package in needed}
     assert every == {
         "docker-compose", "prometheus", "chromium", "chromium-driver", "faketime",
-        "pgbouncer", "etcd-server", "haproxy", "postgresql-15",
+        "pgbouncer", "etcd-server", "haproxy", "postgresql-15", "wrk",
     }
     assert packages.find("/nonexistent/bin/postgres") is None  # a program off PATH is found by its path
     assert packages.package_of("promtool") == "prometheus"

@@ -42,12 +42,15 @@ PACKAGES = {
     "chromium-driver": ("chromedriver",),
     # Runs one service under a skewed or jumping clock (tests/e2e/test_clocks.py).
     "faketime": ("faketime",),
+    # The HTTP load generator of make bench (bench/run.py, bench/layers.py, bench/flood.py).
+    "wrk": ("wrk",),
 }
 # What each make target needs. test-scale runs tests/scale, which starts the production shape.
 TARGETS = {
     "test": ("docker-compose", "prometheus", "chromium", "chromium-driver", "faketime"),
     "test-scale": ("pgbouncer", "etcd-server", "haproxy", "postgresql-15"),
     "run-ha": ("etcd-server", "haproxy", "pgbouncer", "postgresql-15"),
+    "bench": ("wrk",),
 }
 # Debian puts daemons in sbin, which is not on every user's PATH.
 SYSTEM_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
