@@ -181,10 +181,7 @@ def create_account(name: str, as_json: bool, rate_limit: int | None) -> None:
         raise click.BadParameter("must be 1 to 100 characters", param_hint="NAME")
     with _platform_database().begin() as db_session:
         account_id, api_key = services.create_account(db_session=db_session, name=name, rate_limit=rate_limit)
-    if as_json:
-        click.echo(json.dumps({"account_id": str(account_id), "api_key": api_key}))
-    else:
-        click.echo(f"account_id: {account_id}\napi_key:    {api_key}\n(store the key now: it is not shown again)")
+    _print_secret({"account_id": str(account_id), "api_key": api_key}, as_json)
 
 
 @main.command("create-key", help="Issue another API key for an account (its other keys keep working); shown once.")
@@ -201,10 +198,19 @@ def create_key(account_id: uuid.UUID, as_json: bool) -> None:
         click.echo(f"platform-svc create-key: no account {account_id}", err=True)
         sys.exit(1)
     key_id = api_key.partition(".")[0]
+    _print_secret({"key_id": key_id, "api_key": api_key, "account_id": str(account_id)}, as_json)
+
+
+def _print_secret(fields: dict[str, str], as_json: bool) -> None:
+    """Print what a command issued, its secret among it, once: one JSON object, or aligned lines
+    and the warning that the secret is not shown again."""
     if as_json:
-        click.echo(json.dumps({"account_id": str(account_id), "key_id": key_id, "api_key": api_key}))
-    else:
-        click.echo(f"key_id:  {key_id}\napi_key: {api_key}\n(store the key now: it is not shown again)")
+        click.echo(json.dumps(fields))
+        return
+    width = max(map(len, fields)) + 1
+    for name, value in fields.items():
+        click.echo(f"{name + ':':<{width}} {value}")
+    click.echo("(store the key now: it is not shown again)")
 
 
 @main.command("list-keys", help="List an account's API keys: id, created, last used (to the minute), revoked.")

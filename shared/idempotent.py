@@ -512,11 +512,20 @@ def list_live(
         stmt = stmt.add_columns(*[root.table.c[name] for name in root_columns]).join(
             root.table, root.table.c.id == table.c[root.id_column]
         )
+    return keyset_page(db_session, stmt, table.c.id, after=after, limit=limit)
+
+
+def keyset_page(
+    db_session: Connection, stmt: Any, key: Any, *, after: Any, limit: int
+) -> tuple[Sequence[RowMapping], Any]:
+    """One page of ``stmt`` in ``key`` order, after the cursor ``after``; return ``(rows,
+    next_after)``, ``next_after`` None on the last page. One row more than the page is read, so
+    a last page that is exactly full says so instead of sending the caller to an empty one."""
     if after is not None:
-        stmt = stmt.where(table.c.id > after)
-    rows = db_session.execute(stmt.order_by(table.c.id).limit(limit + 1)).mappings().all()
+        stmt = stmt.where(key > after)
+    rows = db_session.execute(stmt.order_by(key).limit(limit + 1)).mappings().all()
     if len(rows) > limit:
-        return rows[:limit], rows[limit - 1]["id"]
+        return rows[:limit], rows[limit - 1][key.name]
     return rows, None
 
 

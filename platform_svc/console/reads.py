@@ -22,6 +22,7 @@ from platform_svc.models import RESOURCES, Lease, Pass
 from platform_svc.repair import LEADER_LEASE, judge
 from platform_svc.status import count_states
 from shared.horizon import Horizon
+from shared.idempotent import keyset_page
 from shared.registry import Resource
 
 PAGE_SIZE = 50
@@ -125,12 +126,7 @@ def rows_needing_a_person(
     ).where(chosen)
     if reason:
         stmt = stmt.where(table.c.sync_error.icontains(reason, autoescape=True))
-    if after is not None:
-        stmt = stmt.where(table.c.id > after)
-    rows = db_session.execute(stmt.order_by(table.c.id).limit(limit + 1)).mappings().all()
-    if len(rows) > limit:
-        return rows[:limit], rows[limit - 1]["id"]
-    return rows, None
+    return keyset_page(db_session, stmt, table.c.id, after=after, limit=limit)
 
 
 def failure_reasons(*, db_session: Connection, resource: Resource, texts: int = 500) -> list[tuple[str, int]]:
