@@ -597,8 +597,8 @@ def test_every_action_keeps_the_promises(world):
     says which).
 
     Each batch is a hypothesis run of its own, seeded from CHAOS_SEED and its number; the first
-    has a few programs, each next one as many as the time left holds at the pace so far (a run
-    starts with its simplest program, so few long batches are better than many short ones).
+    has a few programs, each next one as many as half the time left holds at the pace so far (a
+    run starts with its simplest program, so few long batches are better than many short ones).
     """
     PairModel.world = world
     only = os.environ.get("CHAOS_MODEL_BATCH", "").strip()
@@ -622,7 +622,8 @@ def test_every_action_keeps_the_promises(world):
             raise
         batch, ran = batch + 1, ran + programs
         pace = (time.monotonic() - started) / ran
-        programs = int((SIZE.seconds - (time.monotonic() - started)) / pace)
+        # Half the time left at the pace so far: programs differ in cost, and the last batch must not overrun.
+        programs = int((SIZE.seconds - (time.monotonic() - started)) / pace / 2)
         if only or programs < 2:
             print(f"model: {ran} programs of up to {SIZE.steps} steps in {batch} batches, {pace:.1f} s each")
             return
