@@ -77,7 +77,7 @@ class Size:
 
 FIRST_BATCH = 3  # programs in the first batch, which sets the pace
 MAX_OUTAGES = 1  # per program: the costliest action (see ``outage``)
-SIZES = {"ci": Size(seconds=25, steps=25, horizon=6), "full": Size(seconds=600, steps=50, horizon=10)}
+SIZES = {"ci": Size(seconds=30, steps=25, horizon=6), "full": Size(seconds=600, steps=50, horizon=10)}
 SIZE = SIZES[scale_from_env().name]
 
 DECLARED = {CLUSTERS: CLUSTER, RULES: FIREWALL_RULE}
@@ -381,6 +381,8 @@ class PairModel(RuleBasedStateMachine):
         if kind == "delete_copy":
             self.world.delete_copy(made.key)
         elif kind == "remove_row":
+            if made.key[0] == CLUSTERS:  # its rules' rows go too, tombstones included: their IDs are free again
+                self.dead.difference_update(self.world.rules_under(made.key[1]))
             self.world.remove_row(made.key)
         elif kind == "put_back_older":
             self.world.put_back(made.key, self.older(made)[-1])
