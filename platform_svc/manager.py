@@ -131,7 +131,7 @@ class ReconcilerProcess:
         self.echo(_pushed_line(states))
         record_pass(self.pusher.database, "reconcile", this_process(), _pushed_line(states))
         if failed:
-            self.echo(f"{failed} rows are failed; see `platform-svc sync-status`.", err=True)
+            self.echo(f"{_rows(failed)} {'is' if failed == 1 else 'are'} failed; see `platform-svc sync-status`.", err=True)
         return 1 if failed else 0
 
     def run(self) -> None:
@@ -204,4 +204,9 @@ def _pushed_line(states: Counter[str]) -> str:
     pushed = sum(states.values())
     if not pushed:
         return "pushed 0 rows"
-    return f"pushed {pushed} rows: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    return f"pushed {_rows(pushed)}: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+
+
+def _rows(count: int) -> str:
+    """``1 row``, ``2 rows``: what a person reads first is the number, and it should read right."""
+    return f"{count} row" if count == 1 else f"{count} rows"

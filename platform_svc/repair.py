@@ -507,8 +507,9 @@ class Leadership:
     a leader that cannot renew (the database or the pooler away, the renewal
     thread stuck) stops counting itself the leader before anyone else can take
     the lease, and its pass stops after the page at hand. When it stops
-    cleanly it gives the lease back (:meth:`release`), so another takes over at
-    once; when it crashes, another takes over once the lease expires.
+    cleanly it gives the lease back (:meth:`release`), so another, if one runs,
+    takes over at its next try (within a third of the lease); when it crashes,
+    another takes over once the lease expires.
     """
 
     def __init__(self, database: Database, *, ttl: float = LEADER_LEASE_SECONDS, name: str = LEADER_LEASE) -> None:
@@ -563,7 +564,8 @@ class Leadership:
         return max(0.05, min(self.ttl / 3, float(left) + 0.05))
 
     def release(self) -> None:
-        """Give the lease back if it is ours (its expiry set to now), so another reconciler takes it at once."""
+        """Give the lease back if it is ours (its expiry set to now), so another reconciler, if one runs, takes
+        it at its next try (within a third of the lease) instead of when it would have expired."""
         with self._lock:
             held, self._renewed = self._renewed is not None, None
         if not held:
@@ -581,7 +583,9 @@ class Leadership:
             return
         with self._lock:
             self._told = False
-        log.info("periodic passes: the lease is given back; another reconciler takes over at once")
+        # Whether another reconciler runs is not known here: say what happens if one does, and when.
+        log.info("periodic passes: the lease is given back; a reconciler still running takes the passes over"
+                 " within %.3g s (a third of the lease)", self.ttl / 3)
 
     def keep(self, stop: threading.Event) -> None:
         """Take or renew the lease at once, then every third of its time, until ``stop`` is set.

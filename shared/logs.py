@@ -104,6 +104,10 @@ def logging_config(service: str, fmt: str | None = None, level: str = "INFO") ->
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": [], "propagate": True},
             "gunicorn.access": {"level": level, "handlers": [], "propagate": True},
+            # urllib3 warns of what our own lines already say, in its words: a call that failed
+            # (the push's outcome, "cluster_svc does not answer") or a connection opened beyond
+            # the pool and dropped after (shared/transport.py's pools do that on purpose).
+            "urllib3.connectionpool": {"level": "ERROR"},
         },
     }
 

@@ -432,7 +432,7 @@ class Pair:
         for process, log in started:
             returncode = process.wait(timeout=600)
             output = log.read_text(errors="replace")
-            pushed = re.search(r"^pushed (\d+) rows", output, re.MULTILINE)
+            pushed = re.search(r"^pushed (\d+) rows?", output, re.MULTILINE)
             runs.append(Run(returncode, int(pushed.group(1)) if pushed else 0, output))
         return runs
 

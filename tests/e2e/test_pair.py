@@ -107,7 +107,7 @@ def test_a_permanent_conflict_fails_the_row_and_sync_status_can_requeue_it(fresh
     result = pair.cli("reconcile", "--once")
 
     assert result.returncode == 1, result.stderr
-    assert "1 rows are failed" in result.stderr
+    assert "1 row is failed; see `platform-svc sync-status`." in result.stderr
     failed = pair.api("GET", f"/v1/clusters/{doomed['id']}").json()
     assert failed["sync_state"] == "failed"
     assert "id_conflict" in failed["sync_error"]

@@ -148,7 +148,7 @@ def test_repair_puts_back_what_cluster_svc_lost_and_the_reconciler_restores_it_e
     assert snapshot(pair.cluster_engine) == cluster_before  # repair itself never writes to cluster_svc
     reconciled = pair.cli("reconcile", "--once")
     assert reconciled.returncode == 1, reconciled.stderr  # the one row deleted downstream is failed
-    assert "1 rows are failed" in reconciled.stderr
+    assert "1 row is failed; see `platform-svc sync-status`." in reconciled.stderr
 
     assert_restored(pair, failed={gone_there}, unknown=unknown)
     failed = pair.api("GET", f"/v1/clusters/{gone_there}").json()

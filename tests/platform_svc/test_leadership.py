@@ -135,3 +135,18 @@ def test_a_leader_that_cannot_renew_stops_its_pass_before_the_lease_could_run_ou
         blocker.dispose()
 
     assert "endless pass stopped: the lease could not be renewed in time" in caplog.text
+
+
+def test_a_lease_given_back_says_when_another_reconciler_takes_over_not_that_one_does(database, lease_name, caplog):
+    """A lone reconciler stopping cleanly cannot know whether another runs: its last line says what
+    happens if one does, and when (within a third of the lease), never that one takes over at once."""
+    alone = Leadership(database, ttl=15, name=lease_name)
+    alone.renew()
+
+    with caplog.at_level(logging.INFO, logger="platform_svc.repair"):
+        alone.release()
+
+    assert caplog.messages[-1] == (
+        "periodic passes: the lease is given back; a reconciler still running takes the passes over within 5 s"
+        " (a third of the lease)"
+    )

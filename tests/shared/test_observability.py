@@ -173,6 +173,27 @@ def test_json_log_lines_have_the_required_fields_and_the_request_id_while_one_is
     assert "request_id" not in json.loads(second)
 
 
+def test_urllib3s_warnings_are_not_logged_beside_our_own_lines():
+    """urllib3 warns in its own words (a retry with an exception's repr, a connection dropped past the
+    pool's size) of what the push's outcome and "cluster_svc does not answer" say already."""
+    config = logging_config("demo_svc", "text")
+    stream = io.StringIO()
+    config["handlers"]["stderr"]["stream"] = stream
+    logging.config.dictConfig(config)
+    try:
+        logging.getLogger("urllib3.connectionpool").warning(
+            "Connection pool is full, discarding connection: 127.0.0.1. Connection pool size: 9"
+        )
+        logging.getLogger("platform_svc.reconciler").warning("cluster_svc does not answer (a probe failed)")
+    finally:
+        logging.config.dictConfig(
+            {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING", "handlers": []},
+             "loggers": {"urllib3.connectionpool": {"level": "NOTSET"}}}
+        )
+    [line] = stream.getvalue().splitlines()
+    assert line.endswith("WARNING [demo_svc] platform_svc.reconciler: cluster_svc does not answer (a probe failed)")
+
+
 def test_text_is_the_readable_default():
     first, second = _log_through("text").splitlines()
 
