@@ -124,3 +124,26 @@ def _discard_if_unusable(context: Any) -> None:
     instead of going back to the pool, and the connections pooled before it are replaced too."""
     if context.original_exception is not None and connection_unusable(context.original_exception):
         context.is_disconnect = True
+        _close_inside_a_transaction(context)
+
+
+def _close_inside_a_transaction(context: Any) -> None:
+    """Leave an unusable connection that failed outside a transaction (an autocommitted statement)
+    inside one, so that closing it ends its server session behind a pooler too.
+
+    PgBouncer in transaction mode hands a server connection back to its pool when its client
+    leaves it idle, read-only session and all, and drops it when the client leaves it in the
+    middle of a transaction. A statement failing inside our transaction leaves it there already;
+    an autocommitted one (platform_svc's admission of each public request) does not, and its
+    read-only server connection went on to fail every later request, however many client
+    connections were discarded."""
+    connection = context.connection
+    dbapi_connection = getattr(getattr(connection, "connection", None), "dbapi_connection", None)
+    if dbapi_connection is None or dbapi_connection.closed or not dbapi_connection.autocommit:
+        return
+    try:
+        dbapi_connection.autocommit = False
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")  # psycopg2 opens the transaction (BEGIN) before it
+    except Exception:  # noqa: BLE001 - it is being discarded: whatever it says now changes nothing
+        pass
