@@ -6,7 +6,7 @@ secret's SHA-256 is stored. The rate limit is a fixed one-second window per
 account, counted in PostgreSQL, so every worker of every replica shares it.
 
 Every public request is authenticated **and** counted by one statement, in
-one round trip, with nothing cached in the process: a key revoked, or an
+a transaction of its own, with nothing cached in the process: a key revoked, or an
 account or key removed by hand, answers 401 on the very next request in
 every worker and replica. Measured cost: docs/performance.md, "Per-request
 authentication". ``last_used_at`` is written by that statement at most once a
@@ -169,15 +169,18 @@ class Authenticator:
     (``default_limit``: an account's requests per second when it has no limit of its own).
 
     Nothing is cached: one statement per request, so a revocation or a removal
-    holds at once in every process. The statement runs on its own
-    autocommitted connection: one round trip, no BEGIN or COMMIT of its own.
+    holds at once in every process. The statement runs in a transaction of its own
+    (BEGIN and COMMIT: two round trips more than autocommitting it). Autocommitted, its
+    connection's isolation level was reset as it went back to the pool, on a connection a
+    failover had just ended: psycopg2's error came from SQLAlchemy's pool, unwrapped, and
+    two creates of make test-scale's primary kill answered 500 instead of 503.
 
     :raise TooManyRequests: the key is valid, and its account has used its window (raised when
         that window ends).
     """
 
     def __init__(self, database: Database, default_limit: int) -> None:
-        self.engine = database.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.database = database
         self.default_limit = default_limit
 
     def __call__(self, api_key: str) -> Admission | None:
@@ -185,7 +188,7 @@ class Authenticator:
         # Key ids are hex; anything else (a NUL PostgreSQL would refuse, say) is no key, not a 500.
         if not secret or not (key_id.isascii() and key_id.isalnum() and len(key_id) <= 32):
             return None
-        with self.engine.connect() as connection:
+        with self.database.begin() as connection:
             row = connection.execute(
                 ADMIT, {"key_id": key_id, "key_hash": hash_secret(secret), "default_limit": self.default_limit}
             ).first()
@@ -208,7 +211,7 @@ class Authenticator:
 
     def give_back(self, admission: Admission) -> None:
         """Uncount a request (an Idempotency-Key replay: the create it repeats was counted already)."""
-        with self.engine.connect() as connection:
+        with self.database.begin() as connection:
             connection.execute(GIVE_BACK, {"account_id": admission.account_id, "window_start": admission.window_start})
 
 
