@@ -153,9 +153,13 @@ def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, d
         def check(case):
             # A query parameter generated as an object goes out form-exploded, as key=value
             # pairs, which can spell a valid query ({"idempotency_key": "k"} is the valid
-            # ?idempotency_key=k): what is sent is then no invalid request, and is not judged as one.
-            assume(mode is not GenerationMode.NEGATIVE
-                   or not any(isinstance(value, dict) for value in (case.query or {}).values()))
+            # ?idempotency_key=k); one generated as null or an empty list is not sent at all,
+            # and a list of one as that one value (CHAOS_SEED=232972970: an invalid `after` of
+            # that kind went out as the valid query without it): what is sent is then no invalid
+            # request, and is not judged as one.
+            assume(mode is not GenerationMode.NEGATIVE or not any(
+                value is None or isinstance(value, (dict, list)) for value in (case.query or {}).values()
+            ))
             # cluster_svc's one legitimate write on a 404: a DELETE of an unknown ID records its
             # tombstone. So the row a DELETE names is left out of the comparison.
             # (The ID is the path's last segment: path_parameters' order is not the path's.)
