@@ -20,7 +20,6 @@ forms and a second signing scheme for what is ten lines here.
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 import threading
@@ -33,6 +32,7 @@ from itsdangerous import URLSafeTimedSerializer
 from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 
+from platform_svc.auth import hash_secret
 from platform_svc.models import ConsoleKey, Operator
 from shared.db import Database
 
@@ -61,7 +61,7 @@ def create_operator(*, db_session: Connection, name: str) -> str:
     """Create the operator ``name``, or replace its secret (and so end its sessions); return the
     new secret, which is never stored."""
     secret = secrets.token_urlsafe(32)
-    values = {"id": uuid.uuid4(), "secret_hash": _hash(secret), "created_at": func.now()}
+    values = {"id": uuid.uuid4(), "secret_hash": hash_secret(secret), "created_at": func.now()}
     table = Operator.__table__
     db_session.execute(
         insert(table).values(name=name, **values).on_conflict_do_update(index_elements=[table.c.name], set_=values)
@@ -74,14 +74,14 @@ def revoke_operator(*, db_session: Connection, name: str) -> bool:
     return db_session.execute(delete(Operator).where(Operator.name == name).returning(Operator.id)).first() is not None
 
 
-_DUMMY_HASH = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+_DUMMY_HASH = hash_secret(secrets.token_urlsafe(32))
 
 
 def check_secret(*, db_session: Connection, name: str, secret: str) -> uuid.UUID | None:
     """The operator's row ID when ``secret`` is its secret, else None. An unknown name costs a
     comparison too, so timing does not tell whether a name exists."""
     row = db_session.execute(select(Operator.id, Operator.secret_hash).where(Operator.name == name)).first()
-    matches = hmac.compare_digest(_hash(secret), row.secret_hash if row else _DUMMY_HASH)
+    matches = hmac.compare_digest(hash_secret(secret), row.secret_hash if row else _DUMMY_HASH)
     return row.id if row is not None and matches else None
 
 
@@ -92,10 +92,6 @@ def operator_named_by(*, db_session: Connection, operator_id: str) -> str | None
     except (TypeError, ValueError):
         return None
     return db_session.execute(select(Operator.name).where(Operator.id == parsed)).scalar()
-
-
-def _hash(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 # Sessions ----------------------------------------------------------------------------------
