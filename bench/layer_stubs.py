@@ -63,12 +63,12 @@ def _dump_none(app: Any) -> None:
 def _db_stub(app: Any) -> None:
     """No database: the create's flush answers a made-up row (no checkout, BEGIN, INSERT, COMMIT)."""
     import cluster_svc.views
-    from shared.idempotent import CreateResult, Outcome
+    from shared.idempotent import CreateResult, CreateOutcome
 
     now = datetime.now(timezone.utc)
 
     def create_many(resource, items):
-        return [CreateResult(Outcome.CREATED, {**item, "generation": 1, "created_at": now, "updated_at": now,
+        return [CreateResult(CreateOutcome.CREATED, {**item, "generation": 1, "created_at": now, "updated_at": now,
                                                 "deleted_at": None}) for item in items]
 
     cluster_svc.views._create_many = create_many
@@ -79,7 +79,7 @@ def _dbapi(app: Any) -> None:
     commit): what SQLAlchemy's connection, transaction and execution cost beyond psycopg2.
     New IDs only (the load's creates), a batch of one at a time."""
     import cluster_svc.views
-    from shared.idempotent import CreateResult, Outcome, _insert_statement
+    from shared.idempotent import CreateResult, CreateOutcome, _insert_statement
 
     engine = app.extensions["database"].engine
     compiled: dict[Any, str] = {}
@@ -98,7 +98,7 @@ def _dbapi(app: Any) -> None:
                 connection.commit()
             finally:
                 connection.close()
-            results.append(CreateResult(Outcome.CREATED, row))
+            results.append(CreateResult(CreateOutcome.CREATED, row))
         return results
 
     cluster_svc.views._create_many = create_many
@@ -196,14 +196,14 @@ def _auth_stub(app: Any) -> None:
 
 def _idempotency_key_off(app: Any) -> None:
     """platform_svc: no Idempotency-Key check (the header is absent in this load)."""
-    import platform_svc.views
+    import platform_svc.api.views
 
-    platform_svc.views.idempotency_key = lambda: None
+    platform_svc.api.views.idempotency_key = lambda: None
 
 
 def _push_off(app: Any) -> None:
     """platform_svc: no inline push (no call to cluster_svc, no recording): answered as committed."""
-    from platform_svc.sync import Pusher
+    from platform_svc.push.pusher import Pusher
 
     Pusher.push_now = lambda self, resource, row: row
 

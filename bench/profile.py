@@ -82,12 +82,12 @@ INCLUSIVE = [
     ("psycopg2 C calls, all (execute, commit)", _psycopg2_leaf),
     # platform_svc and the reconciler
     ("platform: API-key authentication (its own Session)", lambda f: _on(f, "authenticate", "/platform_svc/")),
-    ("platform: create_object (the intent INSERT)", lambda f: _on(f, "create_object", "/platform_svc/services.py")),
-    ("platform/reconciler: push(), the HTTP call to cluster_svc", lambda f: _on(f, "push", "/platform_svc/sync.py")),
-    ("  requests + urllib3", lambda f: _on(f, "push", "/platform_svc/sync.py") and _in(f, "/requests/")),
+    ("platform: create_object (the intent INSERT)", lambda f: _on(f, "create_object", "/platform_svc/api/services.py")),
+    ("platform/reconciler: push(), the HTTP call to cluster_svc", lambda f: _on(f, "push", "/platform_svc/push/pusher.py")),
+    ("  requests + urllib3", lambda f: _on(f, "push", "/platform_svc/push/pusher.py") and _in(f, "/requests/")),
     ("platform/reconciler: record() the outcome (own transaction)",
-     lambda f: _on(f, "_push_and_record", "/platform_svc/sync.py") and not _on(f, "push", "/platform_svc/sync.py")),
-    ("reconciler: claim_due (lease a batch)", lambda f: _on(f, "claim_due", "/platform_svc/sync.py")),
+     lambda f: _on(f, "_push_and_record", "/platform_svc/push/pusher.py") and not _on(f, "push", "/platform_svc/push/pusher.py")),
+    ("reconciler: claim_due (lease a batch)", lambda f: _on(f, "claim_due", "/platform_svc/push/pusher.py")),
 ]
 
 

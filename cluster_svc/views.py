@@ -1,6 +1,6 @@
 """cluster_svc's HTTP routes, built for every registered resource.
 
-:func:`blueprint` gives each resource of :data:`cluster_svc.resources.RESOURCES`
+:func:`blueprint` gives each resource of :data:`cluster_svc.models.RESOURCES`
 the same routes (list, create, batch create, get, put, delete, and for a
 child the bulk listing across parents), on the shared create-or-return
 mechanism: views translate, :mod:`shared.idempotent` decides, and each
@@ -35,17 +35,10 @@ from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_u
 from shared.db import transaction
 from shared.errors import Gone, IdFromTheFuture, PayloadTooLarge, ValidationFailed, database_unavailable, problem
 from shared.horizon import Horizon
-from shared.idempotent import (
-    CreateResult,
-    Deletion,
-    apply_update,
-    create_or_return_many,
-    get_live,
-    list_live,
-    mark_deleted,
-)
+from shared.idempotent import CreateResult, create_or_return_many
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
+from shared.rows import Deletion, apply_update, get_live, list_live, mark_deleted
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 # Single creates per flush at most (shared.coalesce). Not bounded by bytes: a flush
@@ -81,7 +74,7 @@ def _create_many(resource: Resource, items: Sequence[dict[str, Any]]) -> list[An
 def create_answer(resource: Resource, creates: Coalescer, values: dict[str, Any]) -> tuple[Any, int, dict[str, str]]:
     """Create-or-return ``values`` in the next flush of ``creates``; count its outcome and answer it.
 
-    :raise ProblemError: the create was refused (409, 410, 404; counted as its outcome).
+    :raise HttpProblem: the create was refused (409, 410, 404; counted as its outcome).
     """
     result = counted(resource, creates.submit(values))
     row, created = result.unwrap()

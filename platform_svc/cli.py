@@ -13,9 +13,10 @@ from typing import Any
 import click
 
 from platform_svc import MAX_RATE_LIMIT, Settings, create_app
-from platform_svc.manager import ReconcilerOptions, ReconcilerProcess
+from platform_svc.reconciler.manager import ReconcilerProcess
+from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.models import RESOURCES
-from platform_svc.purge import purger
+from platform_svc.operations.purge import purger
 from shared import config
 from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
 
@@ -28,7 +29,7 @@ main = service_group(
     load_settings=Settings.from_env, create_app=create_app,
 )
 
-DEFAULTS = ReconcilerOptions()
+DEFAULTS = ReconcilerSettings()
 _RESOURCE_NAMES = [resource.segment for resource in RESOURCES]  # as in the API's paths: clusters, firewall-rules
 
 
@@ -87,8 +88,8 @@ def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callab
 )
 @fail_fast
 def reconcile(once: bool, **options: Any) -> None:
-    # Every other option is a field of ReconcilerOptions, by the same name.
-    process = ReconcilerProcess(ReconcilerOptions(**options))
+    # Every other option is a field of ReconcilerSettings, by the same name.
+    process = ReconcilerProcess.from_options(**options)
     if once:
         sys.exit(process.drain())
     process.run()
@@ -103,8 +104,9 @@ def reconcile(once: bool, **options: Any) -> None:
 def repair(dry_run: bool, page_size: int) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from platform_svc.repair import Repairer, RepairError
-    from shared.client import ClientPolicy
+    from platform_svc.operations.copies import RepairError
+    from platform_svc.operations.repair import Repairer
+    from shared.transport import ClientPolicy
 
     settings = Settings.from_env()
     repairer = Repairer(
@@ -121,9 +123,9 @@ def repair(dry_run: bool, page_size: int) -> None:
 def _retry_failed(
     database: Any, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None
 ) -> dict[Any, list[Any]]:
-    """``--retry-failed``: every resource's outcomes (platform_svc.retry), by resource."""
-    from platform_svc.retry import retry_failed
-    from shared.client import ClientPolicy
+    """``--retry-failed``: every resource's outcomes (platform_svc.operations.retry), by resource."""
+    from platform_svc.operations.retry import retry_failed
+    from shared.transport import ClientPolicy
 
     settings = Settings.from_env()
     resource = next((r for r in RESOURCES if r.segment == resource_name), None)
@@ -174,7 +176,7 @@ def _rate_limit_option(help_text: str):
 @_rate_limit_option("Its own limit, in public requests per second (default: ACCOUNT_RATE_LIMIT, 100).")
 @fail_fast
 def create_account(name: str, as_json: bool, rate_limit: int | None) -> None:
-    from platform_svc import services
+    from platform_svc.api import services
 
     name = name.strip()
     if not 1 <= len(name) <= 100:
@@ -189,7 +191,7 @@ def create_account(name: str, as_json: bool, rate_limit: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"account_id": ..., "key_id": ..., "api_key": ...}.')
 @fail_fast
 def create_key(account_id: uuid.UUID, as_json: bool) -> None:
-    from platform_svc import auth
+    from platform_svc.api import auth
 
     try:
         with _platform_database().begin() as db_session:
@@ -219,7 +221,7 @@ def _print_secret(fields: dict[str, str], as_json: bool) -> None:
 @fail_fast
 @quiet_on_closed_pipe
 def list_keys(account_id: uuid.UUID, as_json: bool) -> None:
-    from platform_svc import auth
+    from platform_svc.api import auth
 
     with _platform_database().engine.connect() as db_session:
         keys = auth.list_keys(db_session=db_session, account_id=account_id)
@@ -245,7 +247,7 @@ def _iso(moment: Any) -> str | None:
 @click.argument("key_id")
 @fail_fast
 def revoke_key(key_id: str) -> None:
-    from platform_svc import auth
+    from platform_svc.api import auth
 
     with _platform_database().begin() as db_session:
         revoked = auth.revoke_key(db_session=db_session, key_id=key_id.strip())
@@ -260,7 +262,7 @@ def revoke_key(key_id: str) -> None:
 @click.argument("limit", metavar="LIMIT|default")
 @fail_fast
 def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
-    from platform_svc import auth
+    from platform_svc.api import auth
 
     value = None if limit.strip().lower() == "default" else click.IntRange(1, MAX_RATE_LIMIT).convert(
         limit, None, click.get_current_context()
@@ -296,8 +298,8 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 def sync_status(
     retry_failed: bool, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None, limit: int
 ) -> None:
-    from platform_svc.status import format_age, read_status
-    from platform_svc.sync import stalled_after
+    from platform_svc.operations.status import format_age, read_status
+    from platform_svc.states import SyncState, stalled_after
     from shared.db import Database
 
     if not retry_failed and (resource_name or reason or object_id):
@@ -323,10 +325,10 @@ def sync_status(
                 click.echo(f"  left failed {left.object_id}: {left.why}")
         counts = report.counts
         oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
-        click.echo(
-            f"{name}: {counts['synced']} synced, {counts['pending']} pending, {counts['failed']} failed,"
-            f" {counts['stalled']} stalled; oldest pending {oldest}"
-        )
+        # The order sync-status has always printed; pending leaves the stalled rows out.
+        order = (SyncState.SYNCED, SyncState.PENDING, SyncState.FAILED, SyncState.STALLED)
+        shown_counts = ", ".join(f"{counts[state]} {state}" for state in order)
+        click.echo(f"{name}: {shown_counts}; oldest pending {oldest}")
         for row in report.failed:
             click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")
         for row in report.stalled:
@@ -335,8 +337,9 @@ def sync_status(
                 f" last error: {row.sync_error or '-'}"
             )
         shown = len(report.failed) + len(report.stalled)
-        if shown < counts["failed"] + counts["stalled"]:
-            click.echo(f"  ... {counts['failed'] + counts['stalled'] - shown} more (--limit)")
+        needing = counts[SyncState.FAILED] + counts[SyncState.STALLED]
+        if shown < needing:
+            click.echo(f"  ... {needing - shown} more (--limit)")
 
 
 @main.command(

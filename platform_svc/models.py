@@ -31,17 +31,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
+from platform_svc.states import STATE_SQL, SyncState, is_state
 from shared import contract
 from shared.db import NAMING_CONVENTION
 from shared.registry import Registry, registering
 from shared.types import IPNetworkType
 
-SYNC_STATE = """CASE
-    WHEN sync_failed_at IS NOT NULL THEN 'failed'
-    WHEN deleted_at IS NULL AND synced_generation >= generation THEN 'synced'
-    WHEN deleted_at IS NOT NULL AND delete_synced_at IS NOT NULL THEN 'synced'
-    ELSE 'pending'
-END"""
+
 
 
 # For the create-or-return mechanism: the platform invents every ID, so what a
@@ -74,7 +70,7 @@ class ApiKey(Base):
     account_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
     key_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    # Written at most once a minute per key (platform_svc.auth), not on every request.
+    # Written at most once a minute per key (platform_svc.api.auth), not on every request.
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # A revoked key is kept, for list-keys to show, and never authenticates again.
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -106,7 +102,7 @@ class Synced:
     synced_generation: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     delete_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    sync_state: Mapped[str] = mapped_column(String(7), Computed(SYNC_STATE, persisted=True))
+    sync_state: Mapped[str] = mapped_column(String(7), Computed(STATE_SQL, persisted=True))
     synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     sync_error: Mapped[str | None] = mapped_column(Text)
     sync_failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -127,9 +123,9 @@ class Synced:
         return (
             UniqueConstraint("account_id", "idempotency_key"),
             # The reconciler's work list; sync-status and the sync_rows gauge count pending rows with it.
-            Index(f"ix_{cls.__tablename__}_due", "next_attempt_at", postgresql_where=text("sync_state = 'pending'")),
+            Index(f"ix_{cls.__tablename__}_due", "next_attempt_at", postgresql_where=text(is_state(SyncState.PENDING))),
             # Failed rows, oldest failure first (sync-status, the sync_rows gauge): few, never a table scan.
-            Index(f"ix_{cls.__tablename__}_failed", "sync_failed_at", postgresql_where=text("sync_state = 'failed'")),
+            Index(f"ix_{cls.__tablename__}_failed", "sync_failed_at", postgresql_where=text(is_state(SyncState.FAILED))),
             # Deleted rows in (deleted_at, id) order: what purge walks, never the table.
             Index(f"ix_{cls.__tablename__}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL")),
         )
@@ -167,7 +163,7 @@ class FirewallRule(Object, declares=contract.FIREWALL_RULE):
 
 class Lease(Base):
     """A lease at most one process holds at a time, by name (``repair``: the reconciler that runs the
-    periodic passes; see :class:`platform_svc.repair.Leadership`). Taken and renewed on the database's
+    periodic passes; see :class:`platform_svc.reconciler.leadership.Leadership`). Taken and renewed on the database's
     clock: ``expires_at`` is set from its ``now()``, never from a process's."""
 
     __tablename__ = "leases"

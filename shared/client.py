@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from shared.clock import ClockWatch
 
 __all__ = [
-    "RETRY_STATUSES", "Answer", "ClientPolicy", "InternalClient", "Operation", "Outcome", "classify", "encode",
+    "RETRY_STATUSES", "Answer", "InternalClient", "Operation", "Outcome", "classify", "encode",
 ]
 
 

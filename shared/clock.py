@@ -39,7 +39,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from shared import config
-from shared.errors import ProblemError
+from shared.errors import HttpProblem
 from shared.horizon import FUTURE_TOLERANCE, Horizon
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def offset_within(earliest: float, latest: float) -> float:
     return 0.0
 
 
-class ClockSkew(ProblemError):
+class ClockSkew(HttpProblem):
     """This host's clock is too far from its database's to mint or judge an ID: try again later."""
 
     status, code = 503, "clock_skew"

@@ -27,8 +27,11 @@ RETRY_AFTER_SECONDS = 2  # what a 503 for an unreachable database asks the calle
 log = logging.getLogger(__name__)
 
 
-class ProblemError(Exception):
-    """An error the client can act on; subclasses fix status and code."""
+class HttpProblem(Exception):
+    """An error a service answers as problem+json, one the client can act on; subclasses fix status and code.
+
+    (What a caller's client raises for such an answer is :class:`shared.service_client.ProblemError`.)
+    """
 
     status: int = 500
     code: str = "internal_error"
@@ -44,18 +47,18 @@ class ProblemError(Exception):
         return problem_body(self.status, self.code, self.detail, **self.extensions)
 
 
-class Unauthorized(ProblemError):
+class Unauthorized(HttpProblem):
     status, code = 401, "unauthorized"
 
     def __init__(self, detail: str = "A valid 'Authorization: Bearer <token>' header is required.") -> None:
         super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-class NotFound(ProblemError):
+class NotFound(HttpProblem):
     status, code = 404, "not_found"
 
 
-class Conflict(ProblemError):
+class Conflict(HttpProblem):
     status, code = 409, "conflict"
 
 
@@ -73,17 +76,17 @@ class IdConflict(Conflict):
         )
 
 
-class Gone(ProblemError):
+class Gone(HttpProblem):
     status, code = 410, "gone"
 
 
-class IdExpired(ProblemError):
+class IdExpired(HttpProblem):
     """An ID older than the UUIDv7 horizon, with no row: never created (nor recorded) again."""
 
     status, code = 410, "id_expired"
 
 
-class TryAgain(ProblemError):
+class TryAgain(HttpProblem):
     """Nothing was stored, for a reason that passes: the caller should send the same request again."""
 
     status, code = 503, "unavailable"
@@ -92,21 +95,21 @@ class TryAgain(ProblemError):
         super().__init__(detail, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
-class PayloadTooLarge(ProblemError):
+class PayloadTooLarge(HttpProblem):
     status, code = 413, "payload_too_large"
 
 
-class IncompleteBody(ProblemError):
+class IncompleteBody(HttpProblem):
     """The body ended before its Content-Length: an incomplete message is not acted on."""
 
     status, code = 400, "incomplete_body"
 
 
-class UnsupportedEncoding(ProblemError):
+class UnsupportedEncoding(HttpProblem):
     status, code = 415, "unsupported_content_encoding"
 
 
-class ValidationFailed(ProblemError):
+class ValidationFailed(HttpProblem):
     status, code = 422, "validation_error"
 
     def __init__(self, errors: dict[str, Any], detail: str = "The request is not valid; see 'errors'.") -> None:
@@ -164,7 +167,7 @@ def problem(status: int, code: str, detail: str, *, headers: dict[str, str] | No
     return response
 
 
-def problem_from(error: ProblemError) -> Response:
+def problem_from(error: HttpProblem) -> Response:
     return problem(error.status, error.code, error.detail, headers=error.headers, **error.extensions)
 
 
@@ -273,7 +276,7 @@ def _internal_error(error: BaseException) -> Response:
 
 
 def register_error_handlers(app: Flask) -> None:
-    app.register_error_handler(ProblemError, problem_from)
+    app.register_error_handler(HttpProblem, problem_from)
     app.register_error_handler(HTTPException, problem_from_http)
     app.register_error_handler(sa_exc.SQLAlchemyError, _database_error)
     app.register_error_handler(Exception, _internal_error)

@@ -148,8 +148,17 @@ def test_the_pattern_leaves_the_services_own_names_alone(word):
     assert not NAMES_A_RESOURCE.search(word), word
 
 
+def code_strings(path: Path) -> list[str]:
+    """The strings the code of ``path`` uses (not its docstrings or comments, nor its identifiers)."""
+    return [word for word, is_string in _code_words(path) if is_string]
+
+
 def code_words(path: Path) -> list[str]:
     """Every identifier, attribute, keyword and string the code of ``path`` uses: not its docstrings or comments."""
+    return [word for word, _ in _code_words(path)]
+
+
+def _code_words(path: Path) -> list[tuple[str, bool]]:
     tree = ast.parse(path.read_text())
     docstrings = {
         id(node.body[0].value)
@@ -162,15 +171,15 @@ def code_words(path: Path) -> list[str]:
     words = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
-            words.append(node.id)
+            words.append((node.id, False))
         elif isinstance(node, ast.Attribute):
-            words.append(node.attr)
+            words.append((node.attr, False))
         elif isinstance(node, ast.keyword) and node.arg:
-            words.append(node.arg)
+            words.append((node.arg, False))
         elif isinstance(node, ast.alias):
-            words.append(node.asname or node.name)
+            words.append((node.asname or node.name, False))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            words.append(node.value)
+            words.append((node.value, True))
     return words
 
 
@@ -184,3 +193,140 @@ def test_outside_the_declarations_and_models_nothing_names_a_resource(package):
         if word not in THEIRS and NAMES_A_RESOURCE.search(word)
     ]
     assert offenders == []
+
+
+# platform_svc by role (docs/design.md, "Where things are"): each role a subpackage, and which
+# may import which. The core modules (the tables, the public bodies, the sync states) import no
+# role; the package itself (create_app) and the command line assemble them all.
+ROLES = {
+    "api": {"push"},  # a public write is pushed inline once committed
+    "push": set(),
+    "operations": {"push"},  # repair and the operator's retry judge copies as the push does
+    "reconciler": {"push", "operations"},  # the periodic passes are operations
+    "console": {"api", "push", "operations", "reconciler"},  # an operator's window on all of it
+}
+CORE = {"platform_svc.models", "platform_svc.schemas", "platform_svc.states", "platform_svc.settings"}
+ASSEMBLERS = {"platform_svc", "platform_svc.cli"}
+
+
+def role_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "platform_svc" and parts[1] in ROLES else None
+
+
+def test_platform_svc_is_split_by_role_and_every_module_has_one():
+    known = modules()
+    loose = sorted(
+        name for name in known
+        if name.startswith("platform_svc") and role_of(name) is None and name not in CORE | ASSEMBLERS
+        and name != "platform_svc.client"  # the callers' client: imports nothing of the service
+    )
+    assert loose == []
+    assert {role for role in map(role_of, known) if role} == set(ROLES)
+
+
+def test_each_role_imports_only_the_roles_it_may(graph):
+    offenders = []
+    for name, imported in graph.items():
+        role = role_of(name)
+        if not name.startswith("platform_svc") or name in ASSEMBLERS:
+            continue
+        for other in imported:
+            if not other.startswith("platform_svc"):
+                continue
+            other_role = role_of(other)
+            allowed = other in CORE or other_role == role or (role is not None and other_role in ROLES[role])
+            if not allowed:
+                offenders.append(f"{name} -> {other}")
+    assert offenders == []
+
+
+def test_the_role_rules_catch_a_role_importing_one_it_may_not():
+    assert role_of("platform_svc.push.pusher") == "push" and role_of("platform_svc.models") is None
+    assert "api" not in ROLES["push"] and "console" not in ROLES["reconciler"]
+
+
+RUNTIME = ("shared", "cluster_svc", "platform_svc")
+MAX_LINES = 400
+
+
+def runtime_files() -> list[Path]:
+    return [
+        path for package in RUNTIME for path in sorted((ROOT / package).rglob("*.py"))
+        if "migrations" not in path.parts
+    ]
+
+
+def test_no_runtime_module_holds_more_than_one_idea_by_its_size():
+    long = [f"{path.relative_to(ROOT)}: {n}" for path in runtime_files()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES]
+    assert long == []
+
+
+def test_a_class_name_means_one_thing_within_a_package_and_between_shared_and_a_service():
+    """Each service may name its models and views as the other does (they are separate programs);
+    within one package, or between shared and a service, a name is one class. Classes nested in
+    another (marshmallow's ``Meta``) are the outer one's business."""
+    defined: dict[str, list[str]] = {}
+    for path in runtime_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {}
+    for name, places in defined.items():
+        packages = [place.split("/")[0] for place in places]
+        if len(set(packages)) < len(packages) or ("shared" in packages and len(packages) > 1):
+            clashes[name] = places
+    assert clashes == {}
+
+
+SYNC_STATES = {"pending", "synced", "failed", "stalled"}
+
+
+def test_the_sync_states_are_spelled_only_by_their_enum():
+    """Every surface (API, CLI, console, metrics) names a state through platform_svc.states, so
+    they count the same rows the same way; templates and migrations are text, not code."""
+    offenders = [
+        f"{path.relative_to(ROOT)}: {word!r}"
+        for path in sorted((ROOT / "platform_svc").rglob("*.py"))
+        if "migrations" not in path.parts and path != ROOT / "platform_svc" / "states.py"
+        for word in code_strings(path)
+        if word in SYNC_STATES
+    ]
+    assert offenders == []
+
+
+DOTTED = re.compile(r"\b(?:shared|cluster_svc|platform_svc|tooling)(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or something a module defines."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_every_dotted_name_a_comment_or_docstring_of_the_runtime_writes_exists():
+    missing = sorted({
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in runtime_files()
+        for name in DOTTED.findall(path.read_text())
+        if not resolves(name.rstrip("."))
+    })
+    assert missing == []
+
+
+def test_the_name_checker_finds_a_name_that_is_gone():
+    assert resolves("platform_svc.push.pusher.Pusher") and resolves("shared.errors")
+    assert not resolves("platform_svc.sync") and not resolves("cluster_svc.resources")

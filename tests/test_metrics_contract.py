@@ -40,10 +40,10 @@ class Metric:
 
 def served_collectors() -> Iterator[object]:
     """What each process serves beside shared.metrics' counters: the two apps' collectors, as the
-    app factories build them, and the reconciler's leader gauge (platform_svc/manager.py)."""
+    app factories build them, and the reconciler's leader gauge (platform_svc/reconciler/manager.py)."""
     import cluster_svc
     import platform_svc
-    from platform_svc.sync_metrics import LeaderCollector
+    from platform_svc.operations.metrics import LeaderCollector
 
     platform = platform_svc.create_app(
         platform_svc.Settings(
@@ -97,7 +97,7 @@ def resource_labels() -> set[str]:
 @pytest.fixture(scope="module")
 def registered_values(registered) -> dict[tuple[str, str], set[str]]:
     """(metric, label) -> the values the code accepts, for each label that takes a fixed set."""
-    from platform_svc.sync_metrics import STATES
+    from platform_svc.states import SHOWN
     from shared.clock import REFERENCES
 
     values = {
@@ -109,7 +109,7 @@ def registered_values(registered) -> dict[tuple[str, str], set[str]]:
         assert wrapper._labelnames[0] == "resource", attribute
         for label, accepted in zip(wrapper._labelnames[1:], allowed, strict=True):
             values[(exposed_name(wrapper), label)] = set(accepted)
-    values[("sync_rows", "state")] = set(STATES)
+    values[("sync_rows", "state")] = set(SHOWN)
     values[("clock_offset_seconds", "reference")] = set(REFERENCES)
     return values
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
-from platform_svc.content import owned
+from platform_svc.push.content import owned
 from platform_svc.models import RESOURCES
 from shared.horizon import Horizon
 
@@ -32,7 +32,7 @@ class Compared:
 def compared() -> tuple[Compared, ...]:
     """What is compared, resource by resource (the platform's registry), parents first.
 
-    The fields are those the platform owns and pushes (:mod:`platform_svc.content`),
+    The fields are those the platform owns and pushes (:mod:`platform_svc.push.content`),
     the columns naming the object's ancestors, and the generation. The first
     field of a resource without a parent says whose an object is (the
     platform's account, cluster_svc's team); an object with a parent is its

@@ -490,7 +490,7 @@ class Pair:
             assert result.returncode == 0, result.stderr
             created = json.loads(result.stdout)
         else:
-            from platform_svc import services
+            from platform_svc.api import services
 
             with self.platform_engine.begin() as conn:
                 account_id, api_key = services.create_account(db_session=conn, name=name)

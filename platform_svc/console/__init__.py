@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from flask import Flask
 
-from platform_svc.breaker import CircuitBreaker
+from platform_svc.push.breaker import CircuitBreaker
 from platform_svc.console import auth
 from platform_svc.console.runs import RepairRuns
 from shared.client import InternalClient
@@ -43,7 +43,7 @@ def register_console(
 ) -> None:
     """Serve the console on ``app``: its blueprint, its sessions and its security headers."""
     from platform_svc.console.views import blueprint
-    from platform_svc.sync import stalled_after
+    from platform_svc.states import stalled_after
 
     auth.configure_sessions(app, database)
     app.register_blueprint(blueprint)

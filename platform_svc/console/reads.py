@@ -1,6 +1,6 @@
 """What the console's pages read, through the services that already know it: ``sync-status``'s
-counts (:mod:`platform_svc.status`), the repair lease, the passes, and one object compared with
-cluster_svc's copy as repair judges it (:mod:`platform_svc.content`, :mod:`platform_svc.repair`).
+counts (:mod:`platform_svc.operations.status`), the lease on the periodic passes, the passes, and one object compared with
+cluster_svc's copy as repair judges it (:mod:`platform_svc.push.content`, :mod:`platform_svc.operations.repair`).
 
 Each function takes the session and never commits; the views own the transactions.
 """
@@ -17,22 +17,23 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import Row, RowMapping
 
-from platform_svc import content
 from platform_svc.models import RESOURCES, Lease, Pass
-from platform_svc.repair import LEADER_LEASE, judge
-from platform_svc.status import count_states
+from platform_svc.operations.repair import judge
+from platform_svc.operations.status import count_states
+from platform_svc.push import content
+from platform_svc.reconciler.leadership import LEASE_NAME
+from platform_svc.states import SHOWN, SyncState, stalled
 from shared.horizon import Horizon
-from shared.idempotent import keyset_page
 from shared.registry import Resource
+from shared.rows import keyset_page
 
 PAGE_SIZE = 50
-STATES = ("synced", "pending", "stalled", "failed")  # as drawn, left to right
 
 
 @dataclass(frozen=True)
 class ResourceCounts:
     resource: Resource
-    counts: dict[str, int]  # synced, pending (not stalled), stalled, failed: they add up to every row
+    counts: dict[SyncState, int]  # synced, pending (not stalled), stalled, failed: they add up to every row
     oldest_pending: timedelta | None
 
     @property
@@ -43,7 +44,7 @@ class ResourceCounts:
         """The SVG bar's segments: (state, x, width), proportional to the counts; empty ones left out."""
         segments, x = [], 0
         total = self.total or 1
-        for state in STATES:
+        for state in SHOWN:  # as drawn, left to right
             w = round(width * self.counts[state] / total)
             if self.counts[state] and w == 0:
                 w = 1  # one stuck row among a million still shows
@@ -63,21 +64,20 @@ class LeaseHolder:
 def overview(
     *, db_session: Connection, stalled_after: timedelta
 ) -> tuple[list[ResourceCounts], LeaseHolder | None, dict[str, Row]]:
-    """Every resource's counts, who holds the repair lease, and the last pass of each kind."""
+    """Every resource's counts, who holds the lease on the periodic passes, and the last pass of each kind."""
     resources = []
     for resource in RESOURCES:
         counts, oldest = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
-        counts["pending"] -= counts["stalled"]  # drawn apart, as the sync_rows gauge counts them
-        resources.append(ResourceCounts(resource, {state: counts[state] for state in STATES}, oldest))
+        resources.append(ResourceCounts(resource, counts, oldest))
     return resources, lease_holder(db_session=db_session), last_passes(db_session=db_session)
 
 
 def lease_holder(*, db_session: Connection) -> LeaseHolder | None:
-    """The repair lease's row: who took it last, until when, and whether that is still ahead."""
+    """The lease on the periodic passes's row: who took it last, until when, and whether that is still ahead."""
     lease = Lease.__table__
     row = db_session.execute(
         select(lease.c.holder, lease.c.expires_at, (lease.c.expires_at > func.now()).label("live"))
-        .where(lease.c.name == LEADER_LEASE)
+        .where(lease.c.name == LEASE_NAME)
     ).first()
     return LeaseHolder(row.holder, row.expires_at, row.live) if row else None
 
@@ -93,17 +93,12 @@ def last_passes(*, db_session: Connection) -> dict[str, Row]:
 # Rows that need a person ------------------------------------------------------------------
 
 
-def _stalled(resource: Resource, stalled_after: timedelta) -> Any:
-    table = resource.table
-    return (table.c.sync_state == "pending") & (table.c.updated_at < func.now() - stalled_after)
-
-
 def rows_needing_a_person(
     *,
     db_session: Connection,
     resource: Resource,
     stalled_after: timedelta,
-    state: str | None,
+    state: SyncState | None,
     reason: str | None,
     after: uuid.UUID | None,
     limit: int = PAGE_SIZE,
@@ -113,8 +108,11 @@ def rows_needing_a_person(
     ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses.
     """
     table = resource.table
-    failed, stalled = table.c.sync_state == "failed", _stalled(resource, stalled_after)
-    chosen = {"failed": failed, "stalled": stalled}.get(state or "", failed | stalled)
+    needing = {
+        SyncState.FAILED: table.c.sync_state == SyncState.FAILED,
+        SyncState.STALLED: stalled(table, stalled_after),
+    }
+    chosen = needing[state] if state in needing else needing[SyncState.FAILED] | needing[SyncState.STALLED]
     stmt = select(
         table.c.id,
         table.c.sync_state,
@@ -135,7 +133,7 @@ def failure_reasons(*, db_session: Connection, resource: Resource, texts: int = 
     table = resource.table
     rows = db_session.execute(
         select(table.c.sync_error, func.count().label("n"))
-        .where(table.c.sync_state == "failed")
+        .where(table.c.sync_state == SyncState.FAILED)
         .group_by(table.c.sync_error)
         .order_by(func.count().desc())
         .limit(texts)
@@ -173,7 +171,7 @@ class FieldPair:
 class BothSides:
     resource: Resource
     row: RowMapping
-    theirs: dict[str, Any] | None  # as repair.copy_of gives it; None: cluster_svc has no row
+    theirs: dict[str, Any] | None  # as copies.copy_of gives it; None: cluster_svc has no row
     unreadable: str | None = None  # why cluster_svc's copy could not be read
     fields: list[FieldPair] = field(default_factory=list)
     finding: str | None = None  # what a repair pass would report now

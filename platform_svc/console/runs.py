@@ -3,17 +3,19 @@
 A run is a row of ``repair_runs``, written as the pass goes (objects compared so
 far out of the synced rows counted at its start, the findings so far), so a
 person can leave the page and come back, from any worker or replica. The pass
-itself is :class:`platform_svc.repair.Repairer`'s, page by page, in a thread of
+itself is :class:`platform_svc.operations.repair.Repairer`'s, page by page, in a thread of
 the process that started it (a greenlet under gevent): no second repair path.
 
 A dry run changes nothing and may run any time. A real run changes rows, so it
-runs only while this process holds the repair lease (:class:`~platform_svc.repair.Leadership`),
+runs only while this process holds the lease on the periodic passes
+(:class:`~platform_svc.reconciler.leadership.Leadership`),
 as the reconciler's periodic pass does: when a reconciler holds it, the page
 says which one, and its own pass repairs at its ``--repair-interval``. If the
 process running it dies, the row stops moving: the page says since when.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -25,9 +27,12 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from platform_svc.console.reads import LeaseHolder, lease_holder
 from platform_svc.models import RESOURCES, RepairRun
-from platform_svc.passes import record_pass, this_process
-from platform_svc.repair import PAGE_SIZE, Finding, Leadership, Repairer, Report
-from platform_svc.status import count_states
+from platform_svc.operations.passes import record_pass, this_process
+from platform_svc.operations.copies import PAGE_SIZE
+from platform_svc.operations.repair import Finding, Repairer, Report
+from platform_svc.operations.status import count_states
+from platform_svc.reconciler.leadership import Leadership, WhileLeading
+from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.db import Database
 from shared.horizon import Horizon
@@ -40,7 +45,7 @@ _NEVER = timedelta(days=36500)  # counting synced rows only: no row is stalled
 
 
 class LeaseHeld(Exception):
-    """A real run was asked for while another process holds the repair lease."""
+    """A real run was asked for while another process holds the lease on the periodic passes."""
 
     def __init__(self, holder: LeaseHolder | None) -> None:
         super().__init__(holder.holder if holder else "unknown")
@@ -61,7 +66,7 @@ class RepairRuns:
     def start(self, *, operator: str, dry_run: bool) -> uuid.UUID:
         """Record a new run and start it in a thread of this process; its ID.
 
-        :raise LeaseHeld: a real run, and another process holds the repair lease.
+        :raise LeaseHeld: a real run, and another process holds the lease on the periodic passes.
         """
         leadership = None
         if not dry_run:
@@ -73,7 +78,7 @@ class RepairRuns:
         run_id = uuid.uuid4()
         with self.database.begin() as db_session:
             total = sum(
-                count_states(db_session=db_session, resource=resource, stalled_after=_NEVER)[0]["synced"]
+                count_states(db_session=db_session, resource=resource, stalled_after=_NEVER)[0][SyncState.SYNCED]
                 for resource in RESOURCES
             )
             holder = leadership.holder if leadership else this_process()
@@ -104,27 +109,19 @@ class RepairRuns:
                  "detail": finding.detail}
             )
 
-        stop_keeping = threading.Event()
-        keeper = None
-        if leadership is not None:
-            keeper = threading.Thread(target=leadership.keep, args=(stop_keeping,), name="console-lease", daemon=True)
-            keeper.start()
         summary = error = None
         try:
-            report = Repairer(self.database, self.client, page_size=self.page_size, horizon=self.horizon).run(
-                dry_run=dry_run, on_finding=on_finding, on_page=on_page, stop=_WhileHolding(leadership)
-            )
-            summary = report.summary(dry_run=dry_run)
-            if leadership is not None and not leadership.holding():
-                error = "stopped: the repair lease could not be renewed in time"
+            with leadership.kept() if leadership is not None else contextlib.nullcontext():
+                stop = WhileLeading(threading.Event(), leadership) if leadership is not None else threading.Event()
+                report = Repairer(self.database, self.client, page_size=self.page_size, horizon=self.horizon).run(
+                    dry_run=dry_run, on_finding=on_finding, on_page=on_page, stop=stop
+                )
+                summary = report.summary(dry_run=dry_run)
+                if leadership is not None and not leadership.holding():
+                    error = "stopped: the lease on the periodic passes could not be renewed in time"
         except Exception as exc:  # noqa: BLE001 (cluster_svc or the database away, or a bug: said on the page)
             log.exception("console repair run %s failed", run_id)
             error = f"stopped: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        finally:
-            stop_keeping.set()
-            if keeper is not None:
-                keeper.join(timeout=30)
-                leadership.release()
         try:
             with self.database.begin() as db_session:
                 db_session.execute(
@@ -157,13 +154,3 @@ def read_run(*, db_session: Connection, run_id: uuid.UUID):
 def recent_runs(*, db_session: Connection, limit: int = 10):
     table = RepairRun.__table__
     return db_session.execute(select(table).order_by(table.c.started_at.desc()).limit(limit)).mappings().all()
-
-
-class _WhileHolding:
-    """The pass's stop signal: for a real run, this process no longer holding the lease."""
-
-    def __init__(self, leadership: Leadership | None) -> None:
-        self.leadership = leadership
-
-    def is_set(self) -> bool:
-        return self.leadership is not None and not self.leadership.holding()

@@ -18,9 +18,10 @@ from werkzeug.exceptions import HTTPException
 from platform_svc.console import auth, reads
 from platform_svc.console.runs import LeaseHeld, read_run, recent_runs
 from platform_svc.models import RESOURCES
-from platform_svc.repair import RepairError, copy_of
-from platform_svc.retry import retry_failed
-from platform_svc.status import format_age
+from platform_svc.operations.copies import RepairError, copy_of
+from platform_svc.operations.retry import retry_failed
+from platform_svc.operations.status import format_age
+from platform_svc.states import SyncState
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def _uuid_arg(value: str | None, what: str) -> uuid.UUID | None:
 def rows():
     ctx = console()
     resource = _resource_arg(request.args.get("resource"))
-    state = request.args.get("state") if request.args.get("state") in ("failed", "stalled") else None
+    chosen = request.args.get("state")
+    state = SyncState(chosen) if chosen in (SyncState.FAILED, SyncState.STALLED) else None
     reason = request.args.get("reason", "").strip() or None
     after = _uuid_arg(request.args.get("after"), "after")
     with ctx.database.engine.connect() as db_session:

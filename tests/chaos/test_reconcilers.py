@@ -20,7 +20,7 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from platform_svc import services
+from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from shared.db import Database
 from tooling.faultproxy import Fault, Plan

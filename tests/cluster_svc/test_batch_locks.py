@@ -19,7 +19,7 @@ from sqlalchemy import text
 from cluster_svc.models import RESOURCES
 from cluster_svc.schemas import route_schemas
 from shared.horizon import Horizon
-from shared.idempotent import Outcome, create_or_return_many
+from shared.idempotent import CreateOutcome, create_or_return_many
 from tests.cluster_svc.conftest import cluster_body, rule_body
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
@@ -81,7 +81,7 @@ def test_a_batch_waits_in_id_order_so_overlapping_batches_never_deadlock(engine,
     with engine.connect() as first:
         first.begin()
         [holding] = create_many(first, [low])
-        assert holding.outcome is Outcome.CREATED
+        assert holding.outcome is CreateOutcome.CREATED
         second = threading.Thread(target=second_batch)
         second.start()
         try:
@@ -93,5 +93,5 @@ def test_a_batch_waits_in_id_order_so_overlapping_batches_never_deadlock(engine,
             second.join(30)
     assert not second.is_alive()
 
-    assert then.outcome is Outcome.CREATED
-    assert [getattr(result, "outcome", result) for result in second_results] == [Outcome.REPLAYED, Outcome.REPLAYED]
+    assert then.outcome is CreateOutcome.CREATED
+    assert [getattr(result, "outcome", result) for result in second_results] == [CreateOutcome.REPLAYED, CreateOutcome.REPLAYED]

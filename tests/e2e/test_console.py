@@ -165,7 +165,7 @@ def scene(pg_server_url, tmp_path_factory):
         squatter = {**cluster_body(name="theirs"), "id": made["failed"], "team_id": str(uuid.uuid4())}
         assert pair.internal("POST", CLUSTERS, json=squatter).status_code == 201
         # One reconciler for the module, as in production: it pushes (and fails) what is due, and holds
-        # the repair lease (its first repair pass would come after an hour) until a test stops it.
+        # the lease on the periodic passes (its first repair pass would come after an hour) until a test stops it.
         made["stop_reconciler"] = background.close
         background.enter_context(pair.reconciler("--repair-interval", "3600"))
         wait_for(lambda: pair.platform_row("firewall_rules", made["failed_rule"])["sync_state"] == "failed",
@@ -321,10 +321,10 @@ def test_a_repair_dry_run_from_the_page_names_the_diverged_field(logged_in, scen
 
 def test_a_real_run_needs_the_repair_lease_and_repairs_once_this_process_can_hold_it(logged_in, scene):
     browser, (pair, made) = logged_in, scene
-    holder = wait_for(lambda: lease_holder(pair), what="the reconciler holding the repair lease")
+    holder = wait_for(lambda: lease_holder(pair), what="the reconciler holding the lease on the periodic passes")
     browser.open("/console/repair")
     browser.press("//button[text()='Start a real run']")
-    assert "Not started: the repair lease is held by" in browser.text() and holder in browser.text()
+    assert "Not started: the lease on the periodic passes is held by" in browser.text() and holder in browser.text()
     browser.screenshot("repair-lease-held")
     made["stop_reconciler"]()  # it exits 0, and gives the lease back: a real run from the page takes it
     browser.open("/console/repair")
@@ -347,7 +347,7 @@ def test_a_real_run_needs_the_repair_lease_and_repairs_once_this_process_can_hol
 
 def lease_holder(pair) -> str | None:
     with pair.platform_engine.connect() as conn:
-        return conn.execute(text("SELECT holder FROM leases WHERE name = 'repair' AND expires_at > now()")).scalar()
+        return conn.execute(text("SELECT holder FROM leases WHERE name = 'periodic-passes' AND expires_at > now()")).scalar()
 
 
 def test_a_hostile_name_and_description_render_as_text(logged_in, scene):

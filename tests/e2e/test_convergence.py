@@ -334,7 +334,8 @@ def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(fresh_
     status = pair.cli("sync-status")
 
     assert status.returncode == 0, status.stderr
-    assert "clusters: 0 synced, 2 pending, 1 failed, 1 stalled; oldest pending 42m" in status.stdout, status.stdout
+    # Pending leaves the stalled row out, as the console and the sync_rows gauge count it (docs/operations.md).
+    assert "clusters: 0 synced, 1 pending, 1 failed, 1 stalled; oldest pending 42m" in status.stdout, status.stdout
     [line] = [line for line in status.stdout.splitlines() if stalled in line]
     assert line.strip().startswith(f"stalled {stalled} pending 42m")
     assert "17 attempts" in line and "connection failed" in line
@@ -343,7 +344,7 @@ def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(fresh_
 
     # A threshold of a day: nothing is stalled.
     relaxed = pair.cli("sync-status", env={"SYNC_STALLED_AFTER_SECONDS": "86400"})
-    assert "0 stalled" in relaxed.stdout and stalled not in relaxed.stdout
+    assert "clusters: 0 synced, 2 pending, 1 failed, 0 stalled" in relaxed.stdout and stalled not in relaxed.stdout
 
 
 @pytest.mark.parametrize("reader", ["closed", "head"])

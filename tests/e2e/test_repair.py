@@ -10,7 +10,7 @@ import uuid
 
 from sqlalchemy import text
 
-from platform_svc.repair import read_page, requeue
+from platform_svc.operations.repair import read_page, requeue
 from platform_svc.models import RESOURCES
 from shared.db import Database
 from tests.e2e.conftest import cluster_body, wait_for

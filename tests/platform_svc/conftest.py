@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import create_engine
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from platform_svc import Settings, create_app, services
+from platform_svc import Settings, create_app
+from platform_svc.api import services
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
@@ -177,8 +178,9 @@ def is_uuid7(value):
 @pytest.fixture
 def live_pusher(platform_database, cluster_svc):
     """A reconciler's pusher that reaches cluster_svc."""
-    from platform_svc.sync import Pusher
-    from shared.client import ClientPolicy, InternalClient
+    from platform_svc.push.pusher import Pusher
+    from shared.client import InternalClient
+    from shared.transport import ClientPolicy
 
     client = InternalClient(cluster_svc.url, TOKEN, ClientPolicy(connect_timeout=1, read_timeout=5, retries=1))
     yield Pusher(platform_database, client)
@@ -188,8 +190,9 @@ def live_pusher(platform_database, cluster_svc):
 @pytest.fixture
 def dead_pusher(platform_database):
     """Make a pusher, with a given RetryPolicy, whose calls cannot connect."""
-    from platform_svc.sync import Pusher
-    from shared.client import ClientPolicy, InternalClient
+    from platform_svc.push.pusher import Pusher
+    from shared.client import InternalClient
+    from shared.transport import ClientPolicy
 
     clients = []
 

@@ -10,10 +10,12 @@ from datetime import timedelta
 import pytest
 import requests
 
-from platform_svc import services
+from platform_svc.api import services
 from platform_svc.models import RESOURCES
-from platform_svc.sync import Claim, Pusher, units
-from shared.client import ClientPolicy, InternalClient
+from platform_svc.push.schedule import Claim, units
+from platform_svc.push.pusher import Pusher
+from shared.client import InternalClient
+from shared.transport import ClientPolicy
 from tooling.faultproxy import FaultProxy
 from tooling.testing import StatementCounter, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body

@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from platform_svc.breaker import CircuitBreaker
-from platform_svc.recording import RetryPolicy
+from platform_svc.push.breaker import CircuitBreaker
+from platform_svc.push.schedule import RetryPolicy
 
 
 class Clock:

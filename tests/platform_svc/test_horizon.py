@@ -15,9 +15,9 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from platform_svc.purge import purger
-from platform_svc.reconciler import reconcile_once
-from platform_svc.repair import judge
+from platform_svc.operations.purge import purger
+from platform_svc.reconciler.controller import reconcile_once
+from platform_svc.operations.repair import judge
 from shared.horizon import Horizon
 from tests.platform_svc.conftest import cluster_body, rule_body
 from tooling.testing import console_script, uuid7_ago

@@ -1,6 +1,8 @@
 """The lease that makes one reconciler the one running the periodic passes, on a real PostgreSQL.
 
-Each test uses a lease name of its own, so tests sharing the database never meet.
+Each test uses a lease name of its own, so tests sharing the database never meet. Time is driven,
+not slept through: a process's own clock is a controllable one, and the database's passing of time
+is the lease row's expiry moved by hand.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from platform_svc.repair import Leadership, Periodic, run_periodically
+from platform_svc.reconciler.leadership import Leadership
+from platform_svc.reconciler.periodic import Periodic, run_periodically
 from shared.db import Database
 
 
@@ -26,6 +29,52 @@ def database(platform_db_url):
 @pytest.fixture
 def lease_name():
     return f"test-{uuid.uuid4().hex[:8]}"
+
+
+class ManualClock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def expire(engine, name: str) -> None:
+    """The database's time passes the lease's expiry."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = :name"), {"name": name})
+
+
+def renewals(engine, name: str, count: int, timeout: float = 10) -> None:
+    """Wait until the lease's expiry has moved ``count`` times (its holder renewed it)."""
+    seen, deadline = set(), time.monotonic() + timeout
+    while len(seen) <= count:
+        assert time.monotonic() < deadline, f"{len(seen)} renewals seen, {count} awaited"
+        with engine.connect() as conn:
+            seen.add(conn.execute(text("SELECT expires_at FROM leases WHERE name = :name"), {"name": name}).scalar())
+        time.sleep(0.02)
+
+
+def keep_and_run(leader: Leadership, duties: list, stop: threading.Event) -> threading.Thread:
+    """What the manager starts: the lease kept beside the passes, given back once both ended."""
+
+    def both() -> None:
+        keeper = threading.Thread(target=leader.keep, args=(stop,), daemon=True)
+        keeper.start()
+        try:
+            run_periodically(leader, duties, stop)
+        finally:
+            keeper.join(timeout=10)
+            leader.release()
+
+    runner = threading.Thread(target=both, daemon=True)
+    runner.start()
+    return runner
 
 
 def expires_in(engine, name: str) -> float:
@@ -53,13 +102,17 @@ def test_one_holder_at_a_time_and_a_given_back_lease_is_taken_at_once(database, 
 
 
 def test_an_expired_lease_is_taken_by_another_and_its_old_holder_knows_it_lost_it(database, lease_name):
-    first, second = (Leadership(database, ttl=0.5, name=lease_name) for _ in range(2))
+    clock = ManualClock()
+    first, second = (Leadership(database, ttl=30, name=lease_name, clock=clock) for _ in range(2))
     first.renew()
+    clock.advance(29.9)
     assert first.holding()
 
-    time.sleep(0.6)  # the lease's own time, not a race: nobody renews it meanwhile
-
+    clock.advance(0.2)  # past the lease's time by its own clock: nobody renewed it meanwhile
     assert not first.holding()  # its own clock says so, before anyone takes it
+    second.renew()
+    assert not second.holding()  # the database's expiry is still ahead: nobody may take it yet
+    expire(database.engine, lease_name)
     second.renew()
     first.renew()
     assert (first.holding(), second.holding()) == (False, True)
@@ -80,12 +133,9 @@ def test_the_leader_renews_while_a_long_pass_runs_and_gives_the_lease_back_when_
             time.sleep(0.05)
         return "long pass done"
 
-    runner = threading.Thread(
-        target=run_periodically, args=(leader, [Periodic("long", 0.01, long_pass)], stop), daemon=True
-    )
-    runner.start()
+    runner = keep_and_run(leader, [Periodic("long", 0.01, long_pass)], stop)
     assert started.wait(10)
-    time.sleep(3 * leader.ttl)  # the pass runs three leases long
+    renewals(database.engine, lease_name, 6)  # the pass runs two leases long (renewed every third)
     stop.set()
     runner.join(timeout=10)
 
@@ -108,12 +158,9 @@ def test_a_leader_that_cannot_renew_stops_its_pass_before_the_lease_could_run_ou
         return "pass done"
 
     blocker = create_engine(database.engine.url)
-    runner = threading.Thread(
-        target=run_periodically, args=(leader, [Periodic("endless", 0.01, endless_pass)], stop), daemon=True
-    )
     try:
-        with caplog.at_level(logging.INFO, logger="platform_svc.repair"):
-            runner.start()
+        with caplog.at_level(logging.INFO, logger="platform_svc.reconciler"):
+            runner = keep_and_run(leader, [Periodic("endless", 0.01, endless_pass)], stop)
             deadline = time.monotonic() + 10
             while not leader.holding():
                 assert time.monotonic() < deadline
@@ -143,7 +190,7 @@ def test_a_lease_given_back_says_when_another_reconciler_takes_over_not_that_one
     alone = Leadership(database, ttl=15, name=lease_name)
     alone.renew()
 
-    with caplog.at_level(logging.INFO, logger="platform_svc.repair"):
+    with caplog.at_level(logging.INFO, logger="platform_svc.reconciler.leadership"):
         alone.release()
 
     assert caplog.messages[-1] == (

@@ -1,4 +1,4 @@
-"""The one judgement of an answer (platform_svc.recording.change_for): a row is confirmed only by
+"""The one judgement of an answer (platform_svc.push.recording.change_for): a row is confirmed only by
 an answer that proves cluster_svc holds it as the platform says. No database and no network: the
 row is what the platform read, the answer what the client made of cluster_svc's reply."""
 from __future__ import annotations
@@ -8,16 +8,16 @@ import uuid
 import pytest
 
 from platform_svc.models import RESOURCES
-from platform_svc.recording import (
+from platform_svc.push.recording import (
     AHEAD,
     CONFIRMED,
     DELETE_CONFIRMED,
     DUE_NOW,
-    FAILED_UNLESS_DELETED,
+    REFUSED_UNLESS_DELETED,
     RETRY_LATER,
-    RetryPolicy,
     change_for,
 )
+from platform_svc.push.schedule import RetryPolicy
 from shared.client import Answer, Operation, Outcome
 
 CLUSTER, RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
@@ -73,7 +73,7 @@ def test_a_copy_below_the_rows_generation_confirms_only_what_it_shows():
 )
 def test_a_copy_that_is_not_this_object_fails_the_row_naming_what_differs(resource, theirs, named):
     change = judged(resource, copy(resource, **theirs))
-    assert change.kind == FAILED_UNLESS_DELETED and "diverged" in change.reason and named in change.reason
+    assert change.kind == REFUSED_UNLESS_DELETED and "diverged" in change.reason and named in change.reason
 
 
 @pytest.mark.parametrize("theirs", [{"generation": 5}, {"name": "hand-edit"}])
@@ -92,7 +92,7 @@ def test_a_success_that_does_not_show_the_object_proves_nothing_and_is_tried_aga
 
 
 def test_a_success_showing_a_deleted_copy_never_confirms_a_live_row():
-    assert judged(CLUSTER, copy(CLUSTER, deleted_at="2026-11-25T00:00:00Z")).kind == FAILED_UNLESS_DELETED
+    assert judged(CLUSTER, copy(CLUSTER, deleted_at="2026-11-25T00:00:00Z")).kind == REFUSED_UNLESS_DELETED
 
 
 @pytest.mark.parametrize(

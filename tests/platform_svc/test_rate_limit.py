@@ -12,7 +12,7 @@ import uuid
 
 from sqlalchemy import text
 
-from platform_svc import auth
+from platform_svc.api import auth
 from tests.platform_svc.conftest import (
     UNREACHED_RATE_LIMIT,
     authed_client,

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from platform_svc.models import RESOURCES
-from platform_svc.skew import judged_for_skew
+from platform_svc.push.skew import judged_for_skew
 from shared.client import Answer, Operation, Outcome
 from shared.horizon import Horizon
 from tooling.testing import uuid7_ago
@@ -62,7 +62,7 @@ def test_the_database_clock_is_read_only_for_an_id_expired_refusal():
 def test_ids_minted_together_are_ordered_and_a_clock_set_back_is_followed(monkeypatch):
     """A clock that ran ahead and is corrected mints IDs of the corrected time at once (the uuid6
     package's uuid7() went on minting the future ones, refused downstream as from the future)."""
-    from platform_svc import services
+    from platform_svc.api import services
     from shared.horizon import uuid7_millis
 
     now = [1_800_000_000_000_000_000]  # nanoseconds

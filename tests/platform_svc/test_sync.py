@@ -16,13 +16,15 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from platform_svc import services
-from platform_svc.reconciler import RecoveryWatch, count_failed, reconcile_once
-from platform_svc.recording import RetryPolicy
+from platform_svc.api import services
+from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
+from platform_svc.push.schedule import RetryPolicy
 from platform_svc.models import RESOURCES
-from platform_svc.retry import retry_failed
-from platform_svc.sync import Claim, Pusher, claim_due
-from shared.client import Answer, ClientPolicy, InternalClient, Outcome
+from platform_svc.operations.retry import retry_failed
+from platform_svc.push.schedule import Claim, claim_due
+from platform_svc.push.pusher import Pusher
+from shared.client import Answer, InternalClient, Outcome
+from shared.transport import ClientPolicy
 from tooling.testing import assert_problem, db_row
 from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
 
@@ -512,7 +514,7 @@ def test_failed_pushes_that_served_probes_contradict_are_one_rows_trouble_not_an
     failed = Answer(Outcome.TRANSIENT, 500, {}, "POST /v1/clusters: 500")
     served = Answer(Outcome.DONE, 201, {}, "POST /v1/clusters: 201")
 
-    with caplog.at_level("INFO", logger="platform_svc.reconciler"):
+    with caplog.at_level("INFO", logger="platform_svc.reconciler.controller"):
         for _ in range(5):
             watch.observe(failed)
             assert watch.check() == 0
@@ -528,7 +530,7 @@ def test_a_failed_probe_after_a_failed_push_is_an_outage_and_the_next_served_pus
     object_id = backed_off(offline_client, platform_database, platform_engine, dead_pusher)
     down = RecoveryWatch(dead_pusher(RetryPolicy()), suspect=False)
 
-    with caplog.at_level("INFO", logger="platform_svc.reconciler"):
+    with caplog.at_level("INFO", logger="platform_svc.reconciler.controller"):
         down.observe(Answer(Outcome.TRANSIENT, None, None, "POST /v1/clusters: timed out"))
         assert down.check() == 0  # the probe fails too: cluster_svc is down
         assert "cluster_svc does not answer" in caplog.text

@@ -16,13 +16,13 @@ from shared import request_id
 from shared.client import (
     RETRY_STATUSES,
     Answer,
-    ClientPolicy,
     InternalClient,
     Operation,
     Outcome,
     classify,
     encode,
 )
+from shared.transport import ClientPolicy
 from tooling.scripted import Action, Received, drop, reply
 
 TOKEN = "t0ken-for-tests"

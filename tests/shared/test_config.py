@@ -113,14 +113,15 @@ def test_the_timings_tests_shorten_are_read_from_the_environment():
     from datetime import timedelta
 
     from platform_svc import inline_lease
-    from platform_svc.reconciler import ReconcilerSettings
+    from platform_svc.reconciler.settings import ReconcilerSettings
 
     assert inline_lease({}) == timedelta(seconds=15)
     assert inline_lease({"INLINE_LEASE_SECONDS": "8"}) == timedelta(seconds=8)
     environ = {"RECONCILER_LEASE_MARGIN_SECONDS": "1", "RECONCILER_IDLE_SECONDS": "0.1", "RECONCILER_PROBE_SECONDS": "0.2"}
-    settings = ReconcilerSettings.from_env(environ, batch=5, longest_push=4.0)
+    settings = ReconcilerSettings.from_env(environ, batch=5, push_timeout=1.0)
     assert (settings.lease_margin, settings.idle_interval, settings.probe_interval) == (1.0, 0.1, 0.2)
-    assert (settings.batch, settings.lease) == (5, timedelta(seconds=5))
+    assert settings.longest_push == settings.client_policy().longest_call() < ReconcilerSettings().longest_push
+    assert (settings.batch, settings.lease) == (5, timedelta(seconds=settings.longest_push + 1.0))
     assert ReconcilerSettings.from_env({}) == ReconcilerSettings()
 
 

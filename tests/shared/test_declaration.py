@@ -16,7 +16,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 import cluster_svc.models as cluster_models
 import platform_svc.models as platform_models
 from cluster_svc.schemas import route_schemas as cluster_schemas
-from platform_svc import content
+from platform_svc.push import content
 from platform_svc.schemas import route_schemas as public_schemas
 from shared.declaration import Declaration, DeclarationMismatch, Field
 from shared.registry import Registry, registering

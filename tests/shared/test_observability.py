@@ -184,14 +184,14 @@ def test_urllib3s_warnings_are_not_logged_beside_our_own_lines():
         logging.getLogger("urllib3.connectionpool").warning(
             "Connection pool is full, discarding connection: 127.0.0.1. Connection pool size: 9"
         )
-        logging.getLogger("platform_svc.reconciler").warning("cluster_svc does not answer (a probe failed)")
+        logging.getLogger("platform_svc.reconciler.controller").warning("cluster_svc does not answer (a probe failed)")
     finally:
         logging.config.dictConfig(
             {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING", "handlers": []},
              "loggers": {"urllib3.connectionpool": {"level": "NOTSET"}}}
         )
     [line] = stream.getvalue().splitlines()
-    assert line.endswith("WARNING [demo_svc] platform_svc.reconciler: cluster_svc does not answer (a probe failed)")
+    assert line.endswith("WARNING [demo_svc] platform_svc.reconciler.controller: cluster_svc does not answer (a probe failed)")
 
 
 def test_text_is_the_readable_default():

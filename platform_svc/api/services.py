@@ -1,7 +1,7 @@
 """platform_svc's rules: accounts, and recording the intent for each object.
 
 Each function takes the session as ``db_session`` and never commits. Pushing
-down is :mod:`platform_svc.sync`'s business, after the intent is committed.
+down is :mod:`platform_svc.push.pusher`'s business, after the intent is committed.
 """
 from __future__ import annotations
 
@@ -20,22 +20,16 @@ import uuid6
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import auth
+from platform_svc.api import auth
 from platform_svc.models import Account
-from platform_svc.recording import fail_waiting_descendants
+from platform_svc.push.recording import fail_waiting_descendants
+from platform_svc.states import SyncState
 from shared.clock import ClockWatch
-from shared.errors import Gone, IdConflict, ProblemError
+from shared.errors import Gone, HttpProblem, IdConflict
 from shared.horizon import Horizon, uuid7_millis
-from shared.idempotent import (
-    CreateResult,
-    Outcome,
-    create_or_return,
-    create_or_return_many,
-    get_live,
-    list_live,
-    soft_delete,
-)
+from shared.idempotent import CreateOutcome, CreateResult, create_or_return, create_or_return_many
 from shared.registry import Resource
+from shared.rows import get_live, list_live, soft_delete
 from shared.repeated_headers import came_repeated
 
 
@@ -84,11 +78,11 @@ def create_account(*, db_session: Connection, name: str, rate_limit: int | None 
 # Objects -------------------------------------------------------------------
 
 
-class InvalidIdempotencyKey(ProblemError):
+class InvalidIdempotencyKey(HttpProblem):
     status, code = 400, "invalid_idempotency_key"
 
 
-class IdempotencyKeyReused(ProblemError):
+class IdempotencyKeyReused(HttpProblem):
     status, code = 422, "idempotency_key_reused"
 
 
@@ -202,12 +196,12 @@ def create_objects(
     rows = [{**_row_values(values, lease), "idempotency_key": None, "request_fingerprint": None} for values in items]
     results = create_or_return_many(db_session=db_session, resource=resource, items=rows, horizon=horizon)
     if clock is not None:
-        _check_minted(clock, [result.row for result in results if result.outcome is Outcome.CREATED])
+        _check_minted(clock, [result.row for result in results if result.outcome is CreateOutcome.CREATED])
     if resource.parent is None:
         return results
     return [
         CreateResult(result.outcome, _fail_under_failed_parent(db_session, resource, result.row))
-        if result.outcome is Outcome.CREATED else result
+        if result.outcome is CreateOutcome.CREATED else result
         for result in results
     ]
 
@@ -228,7 +222,7 @@ def _fail_under_failed_parent(db_session: Connection, resource: Resource, row: R
 
     The insert held a share lock on the parent row, so the parent cannot fail
     between this statement and the commit; if it fails after, its failure
-    takes this child along (:func:`platform_svc.recording.fail_waiting_descendants`).
+    takes this child along (:func:`platform_svc.push.recording.fail_waiting_descendants`).
     """
     if fail_waiting_descendants(db_session=db_session, resource=resource.parent, only=(resource, row["id"])):
         return _read(db_session, resource, row["id"])
@@ -332,7 +326,7 @@ def claim(*, db_session: Connection, resource: Resource, object_id: Any, lease: 
         update(table)
         .where(
             table.c.id == object_id,
-            table.c.sync_state != "failed",
+            table.c.sync_state != SyncState.FAILED,
             (table.c.lease_until.is_(None)) | (table.c.lease_until < func.now()),
         )
         .values(lease_until=func.now() + lease)

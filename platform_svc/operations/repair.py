@@ -19,7 +19,7 @@ route. The findings (``sync_repairs_total``'s ``finding`` label):
   fields, so its generation moves past cluster_svc's and its fields are
   pushed there, and later updates apply again.
 - ``diverged``: other fields (compared: every field the platform pushes,
-  immutable ones too, and the object's ancestry, as :mod:`platform_svc.content`
+  immutable ones too, and the object's ancestry, as :mod:`platform_svc.push.content`
   derives them from the declaration). What no update can change (an
   immutable field, the owner, the parent) is compared whatever the
   generations say, so ``ahead``/``behind`` never hide it: the row is marked
@@ -50,50 +50,35 @@ make two thousand small steps, not one huge transaction or a million calls.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import socket
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.exc import DBAPIError
 
-from platform_svc import content
-from platform_svc.models import Account, Lease
-from platform_svc.recording import fail_waiting_descendants
-from platform_svc.models import RESOURCES
-from platform_svc.passes import record_pass
+from platform_svc.models import RESOURCES, Account
+from platform_svc.operations.copies import PAGE_SIZE, Downstream
+from platform_svc.push import content
+from platform_svc.push.recording import fail_waiting_descendants
+from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
-from shared.errors import database_unavailable, describe_database_error
 from shared.horizon import Horizon
 from shared.registry import Resource
 
 log = logging.getLogger(__name__)
 
 FINDINGS = REPAIR_FINDINGS
-PAGE_SIZE = 500  # the most cluster_svc's listing answers at once
 
 DELETED_DOWNSTREAM = (
     "deleted in cluster_svc while alive on the platform; IDs are never reused, so it cannot be re-created:"
     " delete it on the platform (its children go with it), then retry it (sync-status --retry-failed --id)"
 )
-
-
-def listing(resource: Resource) -> str:
-    """cluster_svc's bulk read of a resource: every object in id order, across parents."""
-    return f"/v1/{resource.segment}"
 
 
 @dataclass(frozen=True)
@@ -126,93 +111,6 @@ class Report:
         )
 
 
-class RepairError(Exception):
-    """cluster_svc's listing could not be read; the pass stopped where it was."""
-
-
-class Downstream:
-    """cluster_svc's bulk read of one resource, consumed in id order.
-
-    Every row handed out was fetched after the platform page it is compared
-    with was read: rows fetched beyond that page are dropped and asked for
-    again with the next page, so a push that lands between the two reads
-    cannot look like drift.
-    """
-
-    def __init__(self, client: InternalClient, resource: Resource, page_size: int) -> None:
-        self.client = client
-        self.listing = listing(resource)
-        self.compared = content.compared(resource)
-        self.owner = resource.root.declaration.owner  # the bulk listing gives every object its tree's owner
-        self.page_size = page_size
-        self.position: uuid.UUID | None = None
-
-    def through(self, last: uuid.UUID | None) -> list[dict[str, Any]]:
-        """Every object after the current position up to ``last`` (None: to the end)."""
-        items: list[dict[str, Any]] = []
-        while True:
-            page, next_after = self._fetch(self.position)
-            within = [item for item in page if last is None or item["id"] <= last]
-            items += within
-            if next_after is None or len(within) < len(page):
-                break
-            self.position = next_after
-            if last is not None and self.position >= last:
-                break
-        if last is not None:
-            self.position = last
-        return items
-
-    def _fetch(self, after: uuid.UUID | None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
-        return read_listing(self.client, self.listing, self.compared, self.owner, after, self.page_size)
-
-
-def read_listing(
-    client: InternalClient, path: str, compared: frozenset[str], owner: str, after: uuid.UUID | None, limit: int
-) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
-    """One page of cluster_svc's bulk read after ``after``, tombstones included: each object's
-    generation, whether it is alive, its tree's owner and the ``compared`` fields; and the next cursor.
-
-    :raise RepairError: cluster_svc did not answer the page.
-    """
-    path = f"{path}?include_deleted=true&limit={limit}"
-    if after is not None:
-        path += f"&after={after}"
-    answer = client.read(path)
-    if answer.status != 200 or not isinstance(answer.body, dict):
-        raise RepairError(f"could not read cluster_svc's listing: {answer.reason}")
-    items = []
-    for item in answer.body["items"]:
-        owned_by = item.get(owner)
-        items.append(
-            {
-                "id": uuid.UUID(item["id"]),
-                "generation": item["generation"],
-                "alive": item["deleted_at"] is None,
-                "owner": uuid.UUID(owned_by) if owned_by else None,
-                "fields": {name: value for name, value in item.items() if name in compared},
-            }
-        )
-    next_after = answer.body.get("next_after")
-    return items, uuid.UUID(next_after) if next_after else None
-
-
-def copy_of(client: InternalClient, resource: Resource, object_id: uuid.UUID) -> dict[str, Any] | None:
-    """cluster_svc's copy of one object wherever it lies (under any parent, of any team, tombstone
-    or not), as :class:`Downstream` hands it out; None when cluster_svc has no row for it.
-
-    Read from the bulk listing, whose keyset cursor is exclusive: the page of one
-    that starts right after the ID before this one.
-
-    :raise RepairError: cluster_svc did not answer.
-    """
-    before = uuid.UUID(int=object_id.int - 1) if object_id.int > 1 else None  # (the nil UUID is no cursor)
-    items, _ = read_listing(
-        client, listing(resource), content.compared(resource), resource.root.declaration.owner, before, 1
-    )
-    return next((item for item in items if item["id"] == object_id), None)
-
-
 # -- the platform side (each function takes the session, never commits) -----------------
 
 
@@ -229,7 +127,7 @@ def read_page(
     stmt = select(*table.c)
     if resource.parent is not None:
         parent = resource.parent.table
-        settled = parent.c.sync_state == "synced"
+        settled = parent.c.sync_state == SyncState.SYNCED
         stmt = stmt.add_columns(settled.label("parent_settled")).join(
             parent, parent.c.id == table.c[resource.parent_column]
         )
@@ -252,7 +150,7 @@ def judge(
     horizon may have been purged by cluster_svc: its tombstone missing there is
     the bound holding, not drift.
     """
-    if row["sync_state"] != "synced":
+    if row["sync_state"] != SyncState.SYNCED:
         return None
     if theirs is not None and theirs["alive"] and resource is not None:
         if content.fixed_differing(resource, row, theirs["fields"]):
@@ -291,7 +189,7 @@ def requeue(
     table = resource.table
     unchanged = [
         table.c.id == row["id"],
-        table.c.sync_state == "synced",
+        table.c.sync_state == SyncState.SYNCED,
         table.c.generation == row["generation"],
         table.c.synced_generation == row["synced_generation"],
     ]
@@ -448,7 +346,7 @@ class Repairer:
             for row in rows:
                 other = theirs.pop(row["id"], None)  # what is left over is unknown to this page
                 judged.append((row, other, judge(row, other, self.horizon, resource=resource)))
-            report.compared[resource.label] += sum(row["sync_state"] == "synced" for row in rows)
+            report.compared[resource.label] += sum(row["sync_state"] == SyncState.SYNCED for row in rows)
             with self.database.begin() as db_session:
                 found = [
                     Finding(resource.label, finding, row["id"], _detail(resource, row, finding, other))
@@ -484,197 +382,3 @@ def _detail(resource: Resource, row: RowMapping, finding: str, theirs: dict[str,
     if finding == "ahead":
         return f"generation {theirs['generation']} there, {row['generation']} here"
     return ""
-
-
-LEADER_LEASE = "repair"  # the lease row whose holder runs the periodic passes
-LEADER_LEASE_SECONDS = 15.0  # `reconcile --leader-lease`
-
-
-class Leadership:
-    """Which of several reconcilers runs the periodic passes (drift repair, purge): the one holding
-    the ``repair`` row of the platform's ``leases`` table (docs/decisions/0011).
-
-    The lease is taken and renewed by one autocommit statement that succeeds
-    only when the lease has expired or is already this process's, and sets
-    its expiry ``ttl`` seconds past the database's ``now()``: no session
-    state, so it works through a pooler in transaction mode, and no process's
-    clock decides who leads. :meth:`keep` (a thread of its own) renews it
-    every third of ``ttl``, a pass running or not.
-
-    This process counts itself the leader (:meth:`holding`) only until
-    ``ttl`` seconds after it *sent* its last successful renewal, measured on
-    its monotonic clock: the database set the expiry no earlier than that, so
-    a leader that cannot renew (the database or the pooler away, the renewal
-    thread stuck) stops counting itself the leader before anyone else can take
-    the lease, and its pass stops after the page at hand. When it stops
-    cleanly it gives the lease back (:meth:`release`), so another, if one runs,
-    takes over at its next try (within a third of the lease); when it crashes,
-    another takes over once the lease expires.
-    """
-
-    def __init__(self, database: Database, *, ttl: float = LEADER_LEASE_SECONDS, name: str = LEADER_LEASE) -> None:
-        self.database = database
-        self.ttl = ttl
-        self.name = name
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._renewed: float | None = None  # time.monotonic() when the last successful take or renewal was sent
-        self._told: bool | None = None  # what was last logged: leading or not
-        self._lock = threading.Lock()
-
-    def holding(self) -> bool:
-        """Whether this process holds the lease now, by its own clock (no database round trip)."""
-        renewed = self._renewed
-        return renewed is not None and time.monotonic() - renewed < self.ttl
-
-    def renew(self) -> float:
-        """Take the lease if it is free, or renew it if it is ours; return the seconds until the next try.
-
-        A database error leaves :meth:`holding` to run out by itself (and the
-        next try comes sooner).
-        """
-        lease = Lease.__table__
-        sent = time.monotonic()
-        try:
-            with self._autocommit() as db_session:
-                take = (
-                    insert(lease)
-                    .values(name=self.name, holder=self.holder, expires_at=func.now() + self._ttl)
-                    .on_conflict_do_update(
-                        index_elements=[lease.c.name],
-                        set_={"holder": self.holder, "expires_at": func.now() + self._ttl},
-                        where=or_(lease.c.expires_at < func.now(), lease.c.holder == self.holder),
-                    )
-                    .returning(lease.c.expires_at)
-                )
-                taken = db_session.execute(take).first() is not None
-                left = None
-                if not taken:  # someone else's: try again soon after it would expire
-                    left = db_session.execute(
-                        select(func.extract("epoch", lease.c.expires_at - func.now())).where(lease.c.name == self.name)
-                    ).scalar()
-        except DBAPIError as exc:
-            log.warning("periodic passes: the lease could not be renewed (%s)", describe_database_error(exc))
-            self.tell()
-            return min(self.ttl / 3, 1.0)
-        with self._lock:
-            self._renewed = sent if taken else None
-        self.tell()
-        if taken or left is None:
-            return self.ttl / 3
-        return max(0.05, min(self.ttl / 3, float(left) + 0.05))
-
-    def release(self) -> None:
-        """Give the lease back if it is ours (its expiry set to now), so another reconciler, if one runs, takes
-        it at its next try (within a third of the lease) instead of when it would have expired."""
-        with self._lock:
-            held, self._renewed = self._renewed is not None, None
-        if not held:
-            return
-        lease = Lease.__table__
-        try:
-            with self._autocommit() as db_session:
-                db_session.execute(
-                    update(lease)
-                    .where(lease.c.name == self.name, lease.c.holder == self.holder)
-                    .values(expires_at=func.now())
-                )
-        except DBAPIError as exc:  # it expires by itself
-            log.warning("periodic passes: the lease could not be given back (%s)", describe_database_error(exc))
-            return
-        with self._lock:
-            self._told = False
-        # Whether another reconciler runs is not known here: say what happens if one does, and when.
-        log.info("periodic passes: the lease is given back; a reconciler still running takes the passes over"
-                 " within %.3g s (a third of the lease)", self.ttl / 3)
-
-    def keep(self, stop: threading.Event) -> None:
-        """Take or renew the lease at once, then every third of its time, until ``stop`` is set.
-
-        Never gives it back: the passes do (:func:`run_periodically`), once the one running has ended.
-        """
-        while not stop.wait(self.renew()):
-            pass
-
-    def tell(self) -> bool:
-        """Log when this process starts or stops leading; return whether it leads."""
-        leading = self.holding()
-        with self._lock:
-            changed, self._told = leading != self._told, leading
-        if changed:
-            log.info("periodic passes: %s", "this reconciler runs the passes" if leading
-                     else "another reconciler runs the passes (or none holds the lease); this one takes over when"
-                     " the lease is free")
-        return leading
-
-    @property
-    def _ttl(self) -> timedelta:
-        return timedelta(seconds=self.ttl)
-
-    def _autocommit(self) -> AbstractContextManager[Connection]:
-        """One statement, one transaction: nothing held between statements."""
-        return self.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-
-
-class _WhileLeading:
-    """A pass's stop signal: ``stop`` set, or this process no longer holding the lease."""
-
-    def __init__(self, stop: threading.Event, leadership: Leadership) -> None:
-        self.stop = stop
-        self.leadership = leadership
-
-    def is_set(self) -> bool:
-        return self.stop.is_set() or not self.leadership.holding()
-
-
-@dataclass(frozen=True)
-class Periodic:
-    """One of the leader's periodic passes: a name, its interval, and the pass
-    (given its stop signal, set once the reconciler stops or loses the lease:
-    anything with ``is_set()``, as the passes' ``stop``; returns its summary line)."""
-
-    name: str
-    interval: float
-    run: Callable[[Any], str]
-
-
-def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: threading.Event) -> None:
-    """Each duty every ``interval`` seconds until ``stop`` is set (the reconciler's thread),
-    while this reconciler leads (:class:`Leadership`): drift repair, and purge.
-
-    The lease is taken at once (so a leader is there from the start), and kept
-    by a thread of its own. The first pass of each duty comes one interval
-    after start-up, so reconcilers restarted together do not all walk both
-    databases at once. A pass ends after the page at hand once ``stop`` is
-    set or the lease could not be renewed in time. A pass that fails
-    (cluster_svc or the database away) is one line, and is tried again at its
-    next interval. When ``stop`` ends the loop, the lease is given back.
-    """
-    keeper = threading.Thread(target=leadership.keep, args=(stop,), name="leader-lease", daemon=True)
-    keeper.start()
-    due = {duty.name: time.monotonic() + duty.interval for duty in duties}
-    try:
-        while not stop.wait(max(0.0, min(due.values()) - time.monotonic())):
-            for duty in duties:
-                if due[duty.name] > time.monotonic():
-                    continue
-                due[duty.name] = time.monotonic() + duty.interval
-                if not leadership.tell():
-                    continue
-                until = _WhileLeading(stop, leadership)
-                try:
-                    summary = duty.run(until)
-                except Exception as exc:  # noqa: BLE001 (one line, or a traceback for a bug; tried again later)
-                    if isinstance(exc, RepairError) or database_unavailable(exc):  # cluster_svc or the database away
-                        log.warning("%s pass stopped: %s", duty.name, str(exc).splitlines()[0])
-                    else:
-                        log.exception("%s pass failed", duty.name)
-                    continue
-                if not stop.is_set() and not leadership.holding():
-                    log.warning("%s pass stopped: the lease could not be renewed in time", duty.name)
-                    leadership.tell()
-                    continue
-                log.info("%s", summary)
-                record_pass(leadership.database, duty.name, leadership.holder, summary)  # the console shows it
-    finally:
-        keeper.join(timeout=30)
-        leadership.release()

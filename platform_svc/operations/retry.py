@@ -3,7 +3,7 @@
 
 A row fails for good when an answer said retrying cannot help (an
 ``id_conflict``, a refused field, a copy deleted or diverged downstream). Its
-writes are held back from then on (:func:`platform_svc.services.claim`): after
+writes are held back from then on (:func:`platform_svc.api.services.claim`): after
 an ``id_conflict`` the object under its ID downstream is someone else's. So a
 retry re-checks each row against cluster_svc's copy before putting it back,
 and leaves it failed, saying why, when that copy is not the platform's object
@@ -14,7 +14,7 @@ writes too (409), so even a row put back in line just before another team
 takes its ID cannot change their object.
 
 A row put back is *pending* in a way only a proving answer can end
-(:func:`platform_svc.recording.change_for`): a live row's confirmed generation
+(:func:`platform_svc.push.recording.change_for`): a live row's confirmed generation
 drops below its own, so the pusher sends it again and cluster_svc's answer
 shows what it holds; a deleted row's delete is sent again. Retrying a row by ID
 takes its failed descendants with it (a cluster with its rules).
@@ -33,9 +33,11 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import content
+from platform_svc.push import content
 from platform_svc.models import RESOURCES
-from platform_svc.repair import DELETED_DOWNSTREAM, RepairError, copy_of
+from platform_svc.operations.copies import RepairError, copy_of
+from platform_svc.operations.repair import DELETED_DOWNSTREAM
+from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.db import Database
 from shared.registry import Resource
@@ -87,7 +89,7 @@ def failed_rows(
     """The failed rows a retry chose, oldest failure first: with ``object_id``, the row with that
     ID or under it (its ancestors' columns name it)."""
     table = resource.table
-    stmt = select(table).where(table.c.sync_state == "failed")
+    stmt = select(table).where(table.c.sync_state == SyncState.FAILED)
     if reason:
         stmt = stmt.where(table.c.sync_error.icontains(reason, autoescape=True))
     if object_id is not None:
@@ -96,7 +98,7 @@ def failed_rows(
 
 
 def verdict(resource: Resource, row: RowMapping, theirs: dict | None) -> str | None:
-    """Why ``row`` must stay failed given cluster_svc's copy (as :func:`platform_svc.repair.copy_of`
+    """Why ``row`` must stay failed given cluster_svc's copy (as :func:`platform_svc.operations.copies.copy_of`
     gives it), or None when it may go back in line."""
     if theirs is None:
         return None  # nothing there: a create (or a delete's tombstone) is the platform's to send

@@ -1,4 +1,5 @@
-"""What the platform owns of each object, and whether cluster_svc's copy says the same.
+"""What the platform owns of each object, where it lives in cluster_svc, and whether cluster_svc's
+copy says the same.
 
 Everything here is derived from the resource's declaration, so a new
 resource is compared without a line of its own: a create sends every
@@ -29,6 +30,24 @@ from platform_svc.schemas import route_schemas
 from shared.registry import Resource
 
 PLATFORM_OWNED = ("id", "generation")  # sent with every create, but not fields to compare
+
+
+def collection_url(resource: Resource, row: RowMapping) -> str:
+    """cluster_svc's collection the row belongs to (its ancestors' IDs come from the row itself)."""
+    return f"/v1{resource.collection_path(row)}"
+
+
+def item_url(resource: Resource, row: RowMapping) -> str:
+    return f"/v1{resource.item_path(row)}"
+
+
+def write_url(resource: Resource, row: RowMapping) -> str:
+    """Where an update or delete of ``row`` goes: its path (which names its ancestors) and, for a
+    root, the owner it must have there. cluster_svc refuses (409) a write to an object that is not
+    the platform's (another team's, or under another parent), so a write held back after an
+    ``id_conflict`` can never change another team's object."""
+    owner = resource.declaration.owner
+    return f"{item_url(resource, row)}?{owner}={row['account_id']}" if owner else item_url(resource, row)
 
 
 def create_body(resource: Resource, row: RowMapping) -> dict[str, Any]:

@@ -5,7 +5,7 @@ are permanent when that clock is right, and wrong when it is not:
 
 - 422 ``id_from_the_future``: the ID is more than 5 minutes ahead of its clock.
   Every ID the platform stores was checked against the platform database's
-  clock when it was stored (:func:`platform_svc.services.create_objects`), so
+  clock when it was stored (:func:`platform_svc.api.services.create_objects`), so
   such an answer means cluster_svc's clock is behind, or ours ran ahead
   undetected for a moment. Either way time cures it: an ID from the future
   is valid once its time has come. Always transient.

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import text
 
-from platform_svc.status import count_states
 from platform_svc.models import RESOURCES
-from platform_svc.sync import stalled_after
+from platform_svc.operations.status import count_states
+from platform_svc.states import SHOWN, stalled_after
 from shared.db import Database
 
 log = logging.getLogger(__name__)
 
-STATES = ("pending", "stalled", "synced", "failed")
 SCRAPE_STATEMENT_TIMEOUT = "2s"
 
 
@@ -44,8 +44,7 @@ class SyncRowsCollector:
                     counts, oldest_pending = count_states(
                         db_session=db_session, resource=resource, stalled_after=self.stalled_after
                     )
-                    counts["pending"] -= counts["stalled"]  # the gauge counts them apart
-                    for state in STATES:
+                    for state in SHOWN:
                         rows.add_metric([resource.label, state], counts[state])
                     oldest.add_metric([resource.label], oldest_pending.total_seconds() if oldest_pending else 0.0)
         except Exception as exc:  # the scrape still serves the counters
@@ -78,7 +77,7 @@ class LeaderCollector:
     lease of one that crashed runs out.
     """
 
-    def __init__(self, leadership) -> None:  # a platform_svc.repair.Leadership
+    def __init__(self, leadership: Any) -> None:  # a platform_svc.reconciler.leadership.Leadership
         self.leadership = leadership
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -93,5 +92,5 @@ class LeaderCollector:
     def _family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "sync_repair_leader",
-            "1 while this reconciler holds the repair lease and runs the periodic passes (repair, purge), else 0.",
+            "1 while this reconciler holds the lease on the periodic passes and runs the periodic passes (repair, purge), else 0.",
         )

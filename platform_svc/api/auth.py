@@ -34,13 +34,13 @@ from sqlalchemy.engine import Row
 
 from platform_svc.models import Account, ApiKey
 from shared.db import Database
-from shared.errors import ProblemError
+from shared.errors import HttpProblem
 
 WINDOW_SECONDS = 1
 LAST_USED_EVERY = "1 minute"  # how stale a key's last_used_at may get: one write per key per minute at most
 
 
-class TooManyRequests(ProblemError):
+class TooManyRequests(HttpProblem):
     status, code = 429, "too_many_requests"
 
 

@@ -1,17 +1,17 @@
 """The reconciler process: everything ``platform-svc reconcile`` runs, assembled in one object.
 
-:class:`ReconcilerProcess` builds, from :class:`ReconcilerOptions` and the
-environment, what one reconciler process is made of: the client policy of
-its pushes, its database pool, the :class:`~platform_svc.sync.Pusher`, the
-lease that makes one of several reconcilers the one running the periodic
-passes (:class:`~platform_svc.repair.Leadership`), those passes (drift repair,
-purge), its metrics endpoint and the signals that stop it. Then it runs
-them: :meth:`~ReconcilerProcess.drain` once (``reconcile --once``), or
-:meth:`~ReconcilerProcess.run` until stopped.
+:class:`ReconcilerProcess` builds, from the command's options and the environment, one
+:class:`~platform_svc.reconciler.settings.ReconcilerSettings` and what one reconciler process is
+made of: its database pool, the :class:`~platform_svc.push.pusher.Pusher` (with the client policy
+of its pushes), the controller (:mod:`platform_svc.reconciler.controller`), the lease that makes
+one of several reconcilers the one running the periodic passes
+(:class:`~platform_svc.reconciler.leadership.Leadership`), those passes (drift repair, purge), its
+metrics endpoint and the signals that stop it. Then it runs them: :meth:`~ReconcilerProcess.drain`
+once (``reconcile --once``), or :meth:`~ReconcilerProcess.run` until stopped. It starts every
+thread the process runs beside the controller's own workers.
 
-The command line only turns its options into :class:`ReconcilerOptions`;
-whatever starts a reconciler (``make run``, ``make run-ha``, the tests)
-starts that command, so every reconciler is assembled here.
+Whatever starts a reconciler (``make run``, ``make run-ha``, the tests) starts that command, so
+every reconciler is assembled here.
 """
 from __future__ import annotations
 
@@ -20,55 +20,30 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from platform_svc import Settings
-from platform_svc.purge import purger
-from platform_svc.passes import record_pass, this_process
-from platform_svc.reconciler import ReconcilerSettings, count_failed, reconcile_once, run
-from platform_svc.repair import LEADER_LEASE_SECONDS, Leadership, Periodic, Repairer, run_periodically
-from platform_svc.sync import Pusher, RetryPolicy
+from platform_svc.settings import Settings
+from platform_svc.operations.passes import record_pass, this_process
+from platform_svc.operations.purge import purger
+from platform_svc.operations.copies import RepairError
+from platform_svc.operations.repair import Repairer
+from platform_svc.push.pusher import Pusher
+from platform_svc.push.schedule import RetryPolicy
+from platform_svc.reconciler.controller import Reconciler, count_failed
+from platform_svc.reconciler.leadership import Leadership
+from platform_svc.reconciler.periodic import Periodic, run_periodically
+from platform_svc.reconciler.settings import ReconcilerSettings
 from shared import config
 from shared.cli import stop_on_signals
-from shared.client import ClientPolicy
+from shared.transport import ClientPolicy
 from shared.logs import configure_logging
 
 # The periodic passes' thread gets this long to end its pass (after the page
 # at hand) and give the lease back once the reconciler has stopped.
 PERIODIC_JOIN_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class ReconcilerOptions:
-    """What ``platform-svc reconcile`` takes on its command line; the defaults are its defaults."""
-
-    concurrency: int = 8  # calls in flight
-    batch: int = 100  # creates one batch call sends at most
-    max_backoff: float = 300.0  # the longest wait (seconds) before retrying a row after transient failures
-    push_timeout: float = 10.0  # seconds to wait for cluster_svc's answer to one call
-    repair_interval: float = 3600.0  # seconds between drift repair passes; 0: none
-    purge_interval: float = 3600.0  # seconds between purge passes; 0: none
-    leader_lease: float = LEADER_LEASE_SECONDS  # seconds the lease on the periodic passes lasts unless renewed
-    metrics_port: int | None = None  # serve Prometheus metrics on this port; None: not at all
-    metrics_host: str | None = None  # where the metrics are served; None: HOST, else 127.0.0.1
-
-    def client_policy(self) -> ClientPolicy:
-        """How hard one push tries: once more, briefly.
-
-        Each row has its own backoff, so a push never sleeps long on a
-        Retry-After: a worker is not held while a row could wait.
-        """
-        return ClientPolicy(
-            connect_timeout=1.0,
-            read_timeout=self.push_timeout,
-            retries=1,
-            backoff_max=1.0,
-            retry_after_max=2,
-            pool_size=self.concurrency + 1,
-        )
+WATCH_JOIN_SECONDS = 10
 
 
 class ReconcilerProcess:
@@ -82,38 +57,44 @@ class ReconcilerProcess:
 
     def __init__(
         self,
-        options: ReconcilerOptions = ReconcilerOptions(),
-        settings: Settings | None = None,
+        settings: ReconcilerSettings = ReconcilerSettings(),
+        platform: Settings | None = None,
         *,
         echo: Callable[..., Any] = click.echo,
     ) -> None:
-        """``settings`` are read from the environment when not given (their pool size is
-        the reconciler's own); ``echo(line, err=False)`` prints what the command prints.
+        """``platform`` (the service's settings) are read from the environment when not given
+        (their pool size is the reconciler's own); ``echo(line, err=False)`` prints what the
+        command prints.
 
         :raise ConfigError: a setting in the environment is missing or malformed
-            (LOG_FORMAT, the platform's settings when not given, a RECONCILER_* timing).
+            (LOG_FORMAT, the platform's settings when not given).
         """
         # Before anything imports prometheus-client, which picks its storage then.
         os.environ.pop(config.MULTIPROC_DIR, None)
         configure_logging("reconciler")
-        self.options = options
+        self.settings = settings
         self.echo = echo
-        policy = options.client_policy()
         # A connection for each worker, the scheduler, the recovery watch, the
         # repair pass and the renewal of the lease.
-        self.settings = dataclasses.replace(settings or Settings.from_env(), pool_size=options.concurrency + 4)
-        self.reconciler_settings = ReconcilerSettings.from_env(
-            batch=options.batch, concurrency=options.concurrency, longest_push=policy.longest_call()
-        )
+        self.platform = dataclasses.replace(platform or Settings.from_env(), pool_size=settings.concurrency + 4)
         self.pusher = Pusher(
-            self.settings.database(), self.settings.client(policy), RetryPolicy(max_delay=options.max_backoff),
-            horizon=self.settings.horizon,
+            self.platform.database(), self.platform.client(settings.client_policy()),
+            RetryPolicy(max_delay=settings.max_backoff), horizon=self.platform.horizon,
         )
-        self.leadership = Leadership(self.pusher.database, ttl=options.leader_lease)
+        self.leadership = Leadership(self.pusher.database, ttl=settings.leader_lease)
         self.duties = self._duties()
-        self.metrics_host = options.metrics_host or os.environ.get("HOST", "").strip() or "127.0.0.1"
+        self.metrics_host = settings.metrics_host or os.environ.get("HOST", "").strip() or "127.0.0.1"
         self._stop = threading.Event()
         self._stop_metrics: Callable[[], None] = lambda: None
+
+    @classmethod
+    def from_options(cls, **options: Any) -> ReconcilerProcess:
+        """The process ``platform-svc reconcile`` runs: its options (fields of
+        :class:`ReconcilerSettings`, by the same names) and the environment.
+
+        :raise ConfigError: a setting in the environment is missing or malformed.
+        """
+        return cls(ReconcilerSettings.from_env(**options))
 
     def drain(self) -> int:
         """Push what is due now, print what that did; return the exit status: 0, or 1 when rows are left failed.
@@ -124,7 +105,7 @@ class ReconcilerProcess:
         """
         self._serve_metrics()
         try:
-            states = reconcile_once(self.pusher, self.reconciler_settings)
+            states = Reconciler(self.pusher, self.settings, suspect=False).drain()
             failed = count_failed(self.pusher)
         finally:
             self._stop_metrics()
@@ -147,19 +128,28 @@ class ReconcilerProcess:
         if threading.current_thread() is threading.main_thread():
             stop_on_signals(self._stop)
         self.echo("reconciler running; Ctrl-C stops it.")
-        periodic = None
+        reconciler = Reconciler(self.pusher, self.settings, suspect=True)
+        watch = self._start(reconciler.watch.run, self._stop, self.settings.probe_interval, name="recovery")
+        keeper = periodic = None
         if self.duties:
-            periodic = threading.Thread(
-                target=run_periodically, args=(self.leadership, self.duties, self._stop), name="periodic", daemon=True
-            )
-            periodic.start()
+            keeper = self._start(self.leadership.keep, self._stop, name="leader-lease")
+            periodic = self._start(run_periodically, self.leadership, self.duties, self._stop, name="periodic")
         try:
-            run(self.pusher, self.reconciler_settings, self._stop)
+            reconciler.run(self._stop)
         finally:
             self._stop.set()  # whatever ended the reconciler ends the passes too
+            watch.join(timeout=WATCH_JOIN_SECONDS)
             if periodic is not None:
                 periodic.join(timeout=PERIODIC_JOIN_SECONDS)
+                keeper.join(timeout=PERIODIC_JOIN_SECONDS)
+                self.leadership.release()
             self._stop_metrics()
+
+    @staticmethod
+    def _start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        return thread
 
     def stop(self) -> None:
         """Make :meth:`run` return once it has finished what it holds (from any thread)."""
@@ -168,16 +158,17 @@ class ReconcilerProcess:
     def _duties(self) -> list[Periodic]:
         """The periodic passes whose interval is not 0, each with a client or database of its own making."""
         duties = []
-        database, horizon = self.pusher.database, self.settings.horizon
-        if self.options.repair_interval > 0:
-            repairer = Repairer(database, self.settings.client(ClientPolicy(pool_size=1)), horizon=horizon)
-            duties.append(
-                Periodic("repair", self.options.repair_interval, lambda stop: repairer.run(stop=stop).summary())
-            )
-        if self.options.purge_interval > 0:
+        database, horizon = self.pusher.database, self.platform.horizon
+        if self.settings.repair_interval > 0:
+            repairer = Repairer(database, self.platform.client(ClientPolicy(pool_size=1)), horizon=horizon)
+            duties.append(Periodic(
+                "repair", self.settings.repair_interval, lambda stop: repairer.run(stop=stop).summary(),
+                expected=(RepairError,),
+            ))
+        if self.settings.purge_interval > 0:
             purging = purger(database, horizon)
             duties.append(
-                Periodic("purge", self.options.purge_interval, lambda stop: purging.run(stop=stop).summary())
+                Periodic("purge", self.settings.purge_interval, lambda stop: purging.run(stop=stop).summary())
             )
         return duties
 
@@ -186,11 +177,11 @@ class ReconcilerProcess:
 
         :raise OSError: the port could not be bound.
         """
-        port = self.options.metrics_port
+        port = self.settings.metrics_port
         if port is None:
             return
         # Imported only now: prometheus-client must come after the directory is dropped above.
-        from platform_svc.sync_metrics import LeaderCollector
+        from platform_svc.operations.metrics import LeaderCollector
         from shared.clock import ClockCollector
         from shared.metrics import serve_process_metrics
 

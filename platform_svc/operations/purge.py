@@ -16,6 +16,7 @@ from __future__ import annotations
 from sqlalchemy.sql import ColumnElement
 
 from platform_svc.models import RESOURCES
+from platform_svc.states import SyncState
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.purge import BATCH, Purger
@@ -25,7 +26,7 @@ from shared.registry import Resource
 def purgeable(resource: Resource) -> list[ColumnElement]:
     """Deleted, and the delete confirmed by cluster_svc (synced: neither pending nor failed)."""
     table = resource.table
-    return [table.c.delete_synced_at.is_not(None), table.c.sync_state == "synced"]
+    return [table.c.delete_synced_at.is_not(None), table.c.sync_state == SyncState.SYNCED]
 
 
 def purger(database: Database, horizon: Horizon, *, batch: int = BATCH) -> Purger:

@@ -11,9 +11,10 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import auth, services
+from platform_svc.api import auth, services
 from platform_svc.models import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
+from platform_svc.states import SyncState
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
 from shared.db import transaction
@@ -97,7 +98,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
         # The create this repeats was counted; the replay is not counted again.
         auth.give_back(current_app.extensions["authenticator"])
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
-    if pushing and row["sync_state"] != "failed":  # failed at once: under a parent that failed for good
+    if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
     return row, 201, {"Location": created_location(row["id"])}
 
@@ -137,7 +138,7 @@ def push_if_claimed(resource: Resource, row: RowMapping, claimed: RowMapping | N
 
 def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
     """204 once cluster_svc confirmed the delete; 202 (with the object) while it is being pushed."""
-    if row["sync_state"] == "synced":
+    if row["sync_state"] == SyncState.SYNCED:
         return no_content()
     return schema.dump(row), 202
 

@@ -2,24 +2,25 @@
 
 A pending row is *stalled* when its pending age (now minus ``updated_at``:
 public writes set it, pushes never touch it) exceeds the threshold
-(:func:`platform_svc.sync.stalled_after`). Stalled rows are still retried;
-they are counted apart so a person notices them.
+(:mod:`platform_svc.states`). Stalled rows are still retried; they are counted
+apart from the other pending rows so a person notices them, here as on the
+console and in the ``sync_rows`` gauge (all three read :func:`count_states`).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Connection, Row, Table, func, select
+from sqlalchemy import Connection, Row, func, select
 
+from platform_svc.states import SyncState, stalled
 from shared.registry import Resource
 
 
 @dataclass(frozen=True)
 class StatusReport:
-    counts: dict[str, int]  # synced, pending, failed, stalled (stalled rows are pending too)
+    counts: dict[SyncState, int]  # every shown state; pending leaves the stalled rows out
     oldest_pending: timedelta | None
     failed: Sequence[Row]  # id, sync_failed_at, sync_error; oldest failure first
     stalled: Sequence[Row]  # id, age, attempts, sync_error; oldest first
@@ -27,8 +28,9 @@ class StatusReport:
 
 def count_states(
     *, db_session: Connection, resource: Resource, stalled_after: timedelta
-) -> tuple[dict[str, int], timedelta | None]:
-    """Rows by sync state (synced, pending, failed, and stalled among the pending), and the oldest pending age.
+) -> tuple[dict[SyncState, int], timedelta | None]:
+    """Rows by shown state (synced, pending but not stalled, stalled, failed: they add up to every
+    row), and the oldest pending age (stalled rows included).
 
     One statement, so one snapshot: what ``sync-status`` prints and what the
     ``sync_rows`` gauge serves at every scrape. Pending and failed rows are
@@ -40,22 +42,22 @@ def count_states(
     table = resource.table
     pending = (
         select(
-            func.count().label("pending"),
-            func.count().filter(_stalled(table, stalled_after)).label("stalled"),
+            func.count().label("pending_rows"),
+            func.count().filter(stalled(table, stalled_after)).label("stalled_rows"),
             func.max(func.now() - table.c.updated_at).label("oldest"),
         )
-        .where(table.c.sync_state == "pending")
+        .where(table.c.sync_state == SyncState.PENDING)
         .subquery()
     )
     total = select(func.count()).select_from(table).scalar_subquery()
-    failed = select(func.count()).where(table.c.sync_state == "failed").scalar_subquery()
-    row = db_session.execute(select(total, pending.c.pending, failed, pending.c.stalled, pending.c.oldest)).one()
+    failed = select(func.count()).where(table.c.sync_state == SyncState.FAILED).scalar_subquery()
+    row = db_session.execute(select(total, pending.c.pending_rows, failed, pending.c.stalled_rows, pending.c.oldest)).one()
     total_rows, pending_rows, failed_rows, stalled_rows, oldest_pending = row
     counts = {
-        "synced": total_rows - pending_rows - failed_rows,
-        "pending": pending_rows,
-        "failed": failed_rows,
-        "stalled": stalled_rows,
+        SyncState.SYNCED: total_rows - pending_rows - failed_rows,
+        SyncState.PENDING: pending_rows - stalled_rows,
+        SyncState.STALLED: stalled_rows,
+        SyncState.FAILED: failed_rows,
     }
     return counts, oldest_pending
 
@@ -65,21 +67,17 @@ def read_status(*, db_session: Connection, resource: Resource, stalled_after: ti
     counts, oldest_pending = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
     failed = db_session.execute(
         select(table.c.id, table.c.sync_failed_at, table.c.sync_error)
-        .where(table.c.sync_state == "failed")
+        .where(table.c.sync_state == SyncState.FAILED)
         .order_by(table.c.sync_failed_at)
         .limit(limit)
     ).all()
-    stalled = db_session.execute(
+    stalled_rows = db_session.execute(
         select(table.c.id, (func.now() - table.c.updated_at).label("age"), table.c.attempts, table.c.sync_error)
-        .where(_stalled(table, stalled_after))
+        .where(stalled(table, stalled_after))
         .order_by(table.c.updated_at)
         .limit(limit)
     ).all()
-    return StatusReport(counts=counts, oldest_pending=oldest_pending, failed=failed, stalled=stalled)
-
-
-def _stalled(table: Table, stalled_after: timedelta) -> Any:
-    return (table.c.sync_state == "pending") & (table.c.updated_at < func.now() - stalled_after)
+    return StatusReport(counts=counts, oldest_pending=oldest_pending, failed=failed, stalled=stalled_rows)
 
 
 def format_age(age: timedelta) -> str:

@@ -1,7 +1,7 @@
 """The reconciler: push every row whose downstream state is behind, until none is.
 
 Level-triggered: it reads what is due from the rows themselves (see
-:mod:`platform_svc.sync`), so it needs no operations log, forgets nothing when
+:mod:`platform_svc.push`), so it needs no operations log, forgets nothing when
 it crashes, and any number of reconcilers can run side by side.
 
 Shaped like a controller's work queue. One scheduler thread leases due rows
@@ -22,19 +22,20 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
-from platform_svc.passes import record_pass, this_process
-from platform_svc.sync import Claim, Pusher, claim_due, in_backoff, units, wake_backed_off
-from shared import config, request_id
+from platform_svc.operations.passes import record_pass, this_process
+from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
+from platform_svc.push.pusher import Pusher
+from platform_svc.reconciler.settings import ReconcilerSettings
+from platform_svc.states import SyncState
+from shared import request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
@@ -43,37 +44,6 @@ log = logging.getLogger(__name__)
 # What an outage probe asks of cluster_svc: one page of one object of the first root resource,
 # a cheap read that needs the token and the database.
 PROBE = f"/v1{RESOURCES.roots[0].collection_path()}?limit=1"
-
-
-@dataclass(frozen=True)
-class ReconcilerSettings:
-    concurrency: int = 8  # units of work (calls) in flight at most
-    batch: int = 100  # creates one batch call sends at most
-    # Seconds one push can take, retries included (ClientPolicy.longest_call()).
-    # The lease outlasts it by ``lease_margin``, so a push always ends while its
-    # row is still leased: no two pushers ever send one row at the same moment.
-    longest_push: float = 50.0
-    lease_margin: float = 5.0
-    idle_interval: float = 1.0  # rest when nothing is due
-    probe_interval: float = 1.0  # how often a suspected outage is probed
-
-    @property
-    def lease(self) -> timedelta:
-        return timedelta(seconds=self.longest_push + self.lease_margin)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **given: Any) -> ReconcilerSettings:
-        """``given``, and the timings ``RECONCILER_LEASE_MARGIN_SECONDS``, ``RECONCILER_IDLE_SECONDS``
-        and ``RECONCILER_PROBE_SECONDS`` (the defaults above when unset).
-
-        :raise ConfigError: one is set but not a positive number.
-        """
-        timings = {
-            "lease_margin": config.seconds("RECONCILER_LEASE_MARGIN_SECONDS", cls.lease_margin, environ),
-            "idle_interval": config.seconds("RECONCILER_IDLE_SECONDS", cls.idle_interval, environ),
-            "probe_interval": config.seconds("RECONCILER_PROBE_SECONDS", cls.probe_interval, environ),
-        }
-        return cls(**{**timings, **given})
 
 
 class RecoveryWatch:
@@ -223,13 +193,13 @@ class RecoveryWatch:
 class Reconciler:
     """The scheduler and its workers over one :class:`Pusher`."""
 
-    def __init__(self, pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings(), *, watch: bool) -> None:
+    def __init__(self, pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings(), *, suspect: bool) -> None:
+        """``suspect``: rows may wait on an outage from before this process (:class:`RecoveryWatch`)."""
         self.pusher = pusher
         self.settings = settings
         self._nudge = threading.Event()  # set when rows became due (a wake): stop resting
         self._due_by: datetime | None = None
-        self.watch = RecoveryWatch(pusher, suspect=watch, on_wake=self._woken)
-        pusher.observe = self.watch.observe
+        self.watch = RecoveryWatch(pusher, suspect=suspect, on_wake=self._woken)
 
     def drain(self) -> Counter[str]:
         """Push what is due now and every row that becomes due through it; return the states reached.
@@ -242,25 +212,23 @@ class Reconciler:
         return self._schedule(stop=threading.Event(), until_idle=True)
 
     def run(self, stop: threading.Event) -> None:
-        """Reconcile until ``stop`` is set; then finish the pushes in flight and return."""
+        """Reconcile until ``stop`` is set; then finish the pushes in flight and return.
+
+        The recovery watch's thread (``self.watch.run``) is the manager's to start beside it.
+        """
         # Rows left waiting on a backoff by an earlier process are woken now if
         # cluster_svc serves (and an outage is seen now if it does not), before
         # any push of this process can fail and be taken for a recovery.
         try:
             self.watch.check()
-        except Exception as exc:  # noqa: BLE001 (the database not up yet, say: the watcher tries again)
+        except Exception as exc:  # noqa: BLE001 (the database not up yet, say: the watch tries again)
             _log_failure("recovery check", exc)
-        watcher = threading.Thread(
-            target=self.watch.run, args=(stop, self.settings.probe_interval), name="recovery", daemon=True
-        )
-        watcher.start()
         while not stop.is_set():
             try:
                 self._schedule(stop=stop, until_idle=False)
             except Exception as exc:  # noqa: BLE001 (the database restarting, say: rest, carry on)
                 _log_failure("scheduling", exc)
                 stop.wait(self.settings.idle_interval)
-        watcher.join(timeout=10)
 
     def _schedule(self, *, stop: threading.Event, until_idle: bool) -> Counter[str]:
         states: Counter[str] = Counter()
@@ -321,7 +289,7 @@ class Reconciler:
         token = request_id.bind(request_id.new_request_id())
         try:
             with self.watch.pushing():
-                rows = self.pusher.push_claimed(claim, cancelled=stop.is_set)
+                rows = self.pusher.push_claimed(claim, cancelled=stop.is_set, observe=self.watch.observe)
             if rows is not None:
                 self.pusher.fail_waiting(claim.resource, rows)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
@@ -344,18 +312,13 @@ class Reconciler:
 
 def reconcile_once(pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
     """Drain what is due now; return the sync states the pushed rows reached."""
-    return Reconciler(pusher, settings, watch=False).drain()
-
-
-def run(pusher: Pusher, settings: ReconcilerSettings, stop: threading.Event) -> None:
-    """Reconcile until ``stop`` is set, resting when nothing is due."""
-    Reconciler(pusher, settings, watch=True).run(stop)
+    return Reconciler(pusher, settings, suspect=False).drain()
 
 
 def count_failed(pusher: Pusher) -> int:
     with pusher.database.engine.connect() as db_session:
         return sum(
-            db_session.execute(select(func.count()).where(resource.table.c.sync_state == "failed")).scalar_one()
+            db_session.execute(select(func.count()).where(resource.table.c.sync_state == SyncState.FAILED)).scalar_one()
             for resource in RESOURCES
         )
 

@@ -1,6 +1,6 @@
 """Recording what a push did: the row's new sync state, and its lease given back.
 
-The *recording* piece of :mod:`platform_svc.sync`. One answer decides one
+The third piece of the push path (:mod:`platform_svc.push`). One answer decides one
 *change* (:func:`change_for`); :func:`record` stores the change of one row (the
 inline push, one prebuilt UPDATE per kind of change) and :func:`record_many`
 the changes of a whole unit of work (a reconciler's batch of creates) with one
@@ -26,11 +26,10 @@ reason naming it, ``parent_failed: <id> <code>``.
 from __future__ import annotations
 
 import functools
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -48,39 +47,23 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import RowMapping
 
-from platform_svc import content
+from platform_svc.push import content
+from platform_svc.states import SyncState
 from shared.client import Answer, Outcome
 from shared.registry import Resource
 
+if TYPE_CHECKING:
+    from platform_svc.push.schedule import RetryPolicy
+
 CONFIRMED = "confirmed"  # created or updated downstream: synced_generation moves up
 DELETE_CONFIRMED = "delete_confirmed"
-FAILED = "failed"  # a permanent answer
-FAILED_UNLESS_DELETED = "failed_unless_deleted"  # a refused create/update: fine if the row was deleted since
+REFUSED = "refused"  # a permanent answer: the row fails
+REFUSED_UNLESS_DELETED = "refused_unless_deleted"  # a refused create/update: fine if the row was deleted since
 DUE_NOW = "due_now"  # an inline push's transient failure: the reconciler takes it at once
 RETRY_LATER = "retry_later"  # a reconciler push's transient failure: back off
 RELEASED = "released"  # not pushed at all: only the lease goes back
 AHEAD = "ahead"  # answered with a state the push did not set: move past it, push again at once
 PARENT_FAILED = "parent_failed"  # the prefix of a descendant's reason when its ancestor failed
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff between a row's pushes after transient failures (each push has its own quick retries).
-
-    There is no last attempt: a transient failure is retried for ever (it
-    heals by itself, or a person sees the row stalled). Only a permanent
-    answer makes a row ``failed``.
-    """
-
-    base_delay: float = 1.0
-    max_delay: float = 300.0
-
-    def delay(self, attempts: int) -> timedelta:
-        """Exponential with a cap, and full jitter (anywhere from 0 to the ceiling),
-        so the rows of one outage spread out instead of coming back in waves."""
-        exponent = min(max(0, attempts - 1), 62)  # 2**62 s is already beyond any cap
-        ceiling = min(self.max_delay, self.base_delay * 2**exponent)
-        return timedelta(seconds=random.uniform(0, ceiling))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +104,7 @@ def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: Retry
         # 410 because its cluster was deleted, say) is judged on the row as it
         # is now: the delete is what is wanted and goes next, so the row stays
         # pending. A refused delete is a failure like any other.
-        return Change(FAILED if row["deleted_at"] is not None else FAILED_UNLESS_DELETED, reason=answer.reason)
+        return Change(REFUSED if row["deleted_at"] is not None else REFUSED_UNLESS_DELETED, reason=answer.reason)
     return _try_again(row, answer.reason, retry, inline=inline)
 
 
@@ -147,11 +130,11 @@ def _judged_copy(resource: Resource, row: RowMapping, answer: Answer, retry: Ret
         return _try_again(row, f"{answer.reason}: the answer did not show the object, so it proves nothing",
                           retry, inline=inline)
     if theirs.get("deleted_at") is not None:
-        return Change(FAILED_UNLESS_DELETED, reason=f"{answer.reason}: cluster_svc answered with a deleted copy")
+        return Change(REFUSED_UNLESS_DELETED, reason=f"{answer.reason}: cluster_svc answered with a deleted copy")
     fixed = content.fixed_differing(resource, row, theirs)
     if fixed:
         # Another parent, another team or another immutable field: not this object, and no update changes it.
-        return Change(FAILED_UNLESS_DELETED, reason=(
+        return Change(REFUSED_UNLESS_DELETED, reason=(
             f"diverged: cluster_svc holds {row['id']} with another {', '.join(fixed)} at generation {generation};"
             " no update can change it, so a person decides"
         ))
@@ -214,7 +197,7 @@ def release_many(*, db_session: Connection, resource: Resource, rows: Sequence[R
 
 def never_created_and_failed(row: RowMapping) -> bool:
     """Whether ``row`` failed for good before cluster_svc ever held it: its descendants wait for nothing."""
-    return row["sync_state"] == "failed" and row["synced_generation"] == 0
+    return row["sync_state"] == SyncState.FAILED and row["synced_generation"] == 0
 
 
 def fail_waiting_descendants(
@@ -236,7 +219,7 @@ def fail_waiting_descendants(
     are read through their partial index (few, never a table scan).
     """
     parent = resource.table
-    failed = [parent.c.sync_state == "failed", parent.c.synced_generation == 0]
+    failed = [parent.c.sync_state == SyncState.FAILED, parent.c.synced_generation == 0]
     if ids is not None:
         failed.append(parent.c.id.in_(list(ids)))
     count = 0
@@ -244,7 +227,7 @@ def fail_waiting_descendants(
         table = descendant.table
         where = [
             table.c[resource.id_column] == parent.c.id,
-            table.c.sync_state == "pending",
+            table.c.sync_state == SyncState.PENDING,
             table.c.deleted_at.is_(None),
             *failed,
         ]
@@ -265,7 +248,7 @@ def _parent_failed(parent: Table) -> Any:
     """
     error = parent.c.sync_error
     code = func.coalesce(
-        func.substring(error, r": \d{3} ([a-z][a-z0-9_]*)"), func.substring(error, r": (\d{3})"), "failed"
+        func.substring(error, r": \d{3} ([a-z][a-z0-9_]*)"), func.substring(error, r": (\d{3})"), SyncState.FAILED.value
     )
     named = PARENT_FAILED + ": " + cast(parent.c.id, String()) + " " + code
     return case((error.like(f"{PARENT_FAILED}: %"), error), else_=named)
@@ -286,9 +269,9 @@ def _record_statement(table: Table, change: str) -> Any:
         else:
             confirmed = bindparam("b_confirmed", type_=Integer())
             values["synced_generation"] = func.greatest(table.c.synced_generation, confirmed)
-    elif change == FAILED:
+    elif change == REFUSED:
         values.update(sync_failed_at=now, sync_error=reason)
-    elif change == FAILED_UNLESS_DELETED:
+    elif change == REFUSED_UNLESS_DELETED:
         values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
     elif change == DUE_NOW:
         values.update(sync_error=reason, next_attempt_at=now)
@@ -335,8 +318,8 @@ def _record_many_statement(table: Table) -> Any:
         "sync_error": case((done, None), (o.change == RELEASED, t.sync_error), else_=o.reason),
         "sync_failed_at": case(
             (done, None),
-            (o.change == FAILED, now),
-            (o.change == FAILED_UNLESS_DELETED, case((t.deleted_at.is_(None), now), else_=None)),
+            (o.change == REFUSED, now),
+            (o.change == REFUSED_UNLESS_DELETED, case((t.deleted_at.is_(None), now), else_=None)),
             else_=t.sync_failed_at,
         ),
         "synced_at": case((done, now), else_=t.synced_at),

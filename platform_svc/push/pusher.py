@@ -1,49 +1,30 @@
-"""Pushing platform rows down to cluster_svc, and recording what happened.
+"""Pushing, the second piece of the push path: one HTTP call per unit of work, judged and recorded.
 
-Three small pieces: *scheduling* (what is due, backoff, leases, waking rows
-when cluster_svc recovers, and cutting what was claimed into units of work:
-:func:`claim_due`, :func:`units`), *pushing* (one HTTP call per unit:
-:func:`push` for one row, :func:`push_creates` for a batch of creates) and
-*recording* (one UPDATE per unit: :mod:`platform_svc.recording`).
-:class:`Pusher` puts the last two together, inline right after a public write
-commits (a short budget, behind a circuit breaker) and for each unit the
-reconciler claims. The rules that keep it safe:
-
-- The intent is committed before any call; a push never runs inside a
-  database transaction. A row is pushed only by whoever holds its lease, so
-  two pushers never send the same row at the same moment, and a pusher that
-  dies simply lets its lease run out.
-- What to send follows from the row alone (level-triggered): a deleted row
-  wants its delete confirmed; a row cluster_svc never confirmed is created
-  (with its current fields and generation); otherwise it is updated to the
-  wanted generation (created again if downstream lost it). Recording the
-  answer only ever moves ``synced_generation`` forward, so a late answer
-  cannot undo a newer one.
-- Creates the reconciler claims together go down together: one batch call
-  per collection (a cluster's rules share one), each item answered and
-  recorded on its own (a 409 fails only its row).
-- Transient failures are retried for ever with capped, jittered backoff;
-  only a permanent answer makes a row ``failed``.
+:func:`push` sends what moves cluster_svc toward one row, :func:`push_creates` creates a unit's
+rows with one batch call. :class:`Pusher` puts pushing and recording (:mod:`platform_svc.push.recording`)
+together, inline right after a public write commits (a short budget, behind a circuit breaker;
+the creates in flight in one worker share one batch call and one UPDATE) and for each unit the
+reconciler claims (:mod:`platform_svc.push.schedule`). The intent is committed before any call; a
+push never runs inside a database transaction, and recording only ever moves
+``synced_generation`` forward, so a late answer cannot undo a newer one.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, case, exists, func, not_, or_, select, update
+from sqlalchemy import Connection, case, select, update
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.breaker import CircuitBreaker
-from platform_svc.content import create_body, update_body
-from platform_svc.recording import (
+from platform_svc.push.breaker import CircuitBreaker
+from platform_svc.push.content import collection_url, create_body, update_body, write_url
+from platform_svc.push.recording import (
     AHEAD,
     Change,
-    RetryPolicy,
     change_for,
     fail_waiting_descendants,
     never_created_and_failed,
@@ -51,9 +32,8 @@ from platform_svc.recording import (
     record_many,
     release_many,
 )
-from platform_svc.models import RESOURCES
-from platform_svc.skew import judged_for_skew
-from shared import config
+from platform_svc.push.schedule import Claim, RetryPolicy, is_create
+from platform_svc.push.skew import judged_for_skew
 from shared.client import Answer, InternalClient, Operation, Outcome, encode
 from shared.clock import ClockWatch
 from shared.coalesce import Coalescer
@@ -66,24 +46,6 @@ from shared.registry import Resource
 log = logging.getLogger(__name__)
 
 
-def collection_url(resource: Resource, row: RowMapping) -> str:
-    """cluster_svc's collection the row belongs to (its ancestors' IDs come from the row itself)."""
-    return f"/v1{resource.collection_path(row)}"
-
-
-def item_url(resource: Resource, row: RowMapping) -> str:
-    return f"/v1{resource.item_path(row)}"
-
-
-def write_url(resource: Resource, row: RowMapping) -> str:
-    """Where an update or delete of ``row`` goes: its path (which names its ancestors) and, for a
-    root, the owner it must have there. cluster_svc refuses (409) a write to an object that is not
-    the platform's (another team's, or under another parent), so a write held back after an
-    ``id_conflict`` can never change another team's object."""
-    owner = resource.declaration.owner
-    return f"{item_url(resource, row)}?{owner}={row['account_id']}" if owner else item_url(resource, row)
-
-
 # Inline creates one flush holds at most (with cluster_svc's body limit), and the
 # least of a request's inline budget left for a call to be worth making.
 INLINE_BATCH = 100
@@ -91,19 +53,6 @@ MIN_CALL_SECONDS = 0.05
 # Inline batch calls in flight at once per worker and resource: a push that hangs on
 # cluster_svc for its whole budget does not hold back a create that arrives meanwhile.
 INLINE_CALLS_AT_ONCE = 2
-
-# A row pending longer than this (since its last public write) is *stalled*:
-# still retried, but shown to people (sync-status, the sync_rows gauge).
-STALLED_AFTER = timedelta(minutes=5)
-
-
-def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
-    """The stalled threshold: ``SYNC_STALLED_AFTER_SECONDS`` when set, else :data:`STALLED_AFTER`.
-
-    :raise ConfigError: the setting is not an integer.
-    """
-    seconds = config.integer("SYNC_STALLED_AFTER_SECONDS", int(STALLED_AFTER.total_seconds()), environ)
-    return timedelta(seconds=seconds)
 
 
 def push(
@@ -128,11 +77,6 @@ def push(
     return answer
 
 
-def is_create(row: RowMapping) -> bool:
-    """Whether pushing ``row`` means creating it (cluster_svc never confirmed it, and it is alive)."""
-    return row["synced_generation"] == 0 and row["deleted_at"] is None
-
-
 def push_creates(
     client: InternalClient, resource: Resource, rows: Sequence[RowMapping], *,
     bodies: Sequence[dict[str, Any]] | None = None, deadline: float | None = None,
@@ -147,108 +91,6 @@ def push_creates(
     """
     items = list(bodies) if bodies is not None else [create_body(resource, row) for row in rows]
     return client.create_batch(f"{collection_url(resource, rows[0])}/batch", items, deadline=deadline)
-
-
-# Scheduling: what is due, leases, and waking rows when cluster_svc recovers ---------
-
-
-def claim_due(
-    *,
-    db_session: Connection,
-    resource: Resource,
-    limit: int,
-    lease: timedelta,
-    due_by: datetime | None = None,
-    creates: bool | None = None,
-) -> list[RowMapping]:
-    """Lease up to ``limit`` rows that are due (by ``due_by``, else now), skipping rows others have locked.
-
-    ``FOR UPDATE SKIP LOCKED`` lets several reconcilers claim side by side; the
-    lease (not a lock) is what keeps a row theirs while they push it, so no
-    transaction stays open across an HTTP call. A child is due only once
-    cluster_svc confirmed its parent (or once it is deleted). ``creates``: only rows to create
-    (True), only the others (False), or any (None).
-    """
-    table = resource.table
-    due = select(table.c.id).where(
-        table.c.sync_state == "pending",
-        table.c.next_attempt_at <= (func.now() if due_by is None else due_by),
-        or_(table.c.lease_until.is_(None), table.c.lease_until < func.now()),
-    )
-    if resource.parent is not None:
-        parent = resource.parent.table
-        due = due.where(
-            or_(
-                table.c.deleted_at.is_not(None),
-                exists().where(and_(parent.c.id == table.c[resource.parent_column], parent.c.synced_generation > 0)),
-            )
-        )
-    if creates is not None:
-        create = and_(table.c.synced_generation == 0, table.c.deleted_at.is_(None))
-        due = due.where(create if creates else not_(create))
-    due = due.order_by(table.c.next_attempt_at).limit(limit).with_for_update(skip_locked=True)
-    stmt = update(table).where(table.c.id.in_(due.scalar_subquery())).values(lease_until=func.now() + lease)
-    return list(db_session.execute(stmt.returning(*table.c)).mappings().all())
-
-
-def in_backoff(*, db_session: Connection) -> bool:
-    """Whether any row waits on a transient backoff (pending, failed before, not due yet)."""
-    return any(
-        db_session.execute(select(_backed_off(resource.table).exists())).scalar() for resource in RESOURCES
-    )
-
-
-def wake_backed_off(*, db_session: Connection, resource: Resource, limit: int) -> int:
-    """Make up to ``limit`` rows waiting on a transient backoff due now; return how many.
-
-    Called when cluster_svc answers again: however long a row's backoff grew
-    during the outage, it goes at once. ``attempts`` is kept (it resets when
-    the row is confirmed). Rows locked by a claim are skipped: they are being
-    pushed anyway.
-    """
-    table = resource.table
-    woken = _backed_off(table).limit(limit).with_for_update(skip_locked=True)
-    stmt = update(table).where(table.c.id.in_(woken.scalar_subquery())).values(next_attempt_at=func.now())
-    return db_session.execute(stmt).rowcount
-
-
-def _backed_off(table: Table) -> Any:
-    return select(table.c.id).where(
-        table.c.sync_state == "pending", table.c.attempts > 0, table.c.next_attempt_at > func.now()
-    )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One unit of work the scheduler hands a worker: rows of one resource it leased,
-    pushed with one call, and when it is too late to start pushing them (the
-    lease would not outlast the push).
-
-    One row (a create, update or delete), or creates to one collection that go
-    down in one batch call.
-    """
-
-    resource: Resource
-    rows: tuple[RowMapping, ...]
-    push_by: float  # a time.monotonic() value
-
-
-def units(resource: Resource, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
-    """Cut claimed rows into units: creates to the same collection up to ``batch`` together, every other row alone."""
-    collections: dict[str, list[RowMapping]] = {}
-    claims = []
-    for row in rows:
-        if is_create(row):
-            collections.setdefault(collection_url(resource, row), []).append(row)
-        else:
-            claims.append(Claim(resource, (row,), push_by))
-    for together in collections.values():
-        together.sort(key=lambda row: row["id"])
-        claims += [Claim(resource, tuple(together[i:i + batch]), push_by) for i in range(0, len(together), batch)]
-    return claims
-
-
-# Pushing and recording ---------------------------------------------------------------
 
 
 def _record_all(
@@ -268,9 +110,8 @@ class Pusher:
     """Pushes rows with one client and records each answer in its own short transaction.
 
     ``breaker`` (inline pushes) keeps public writes from waiting on a
-    cluster_svc known to be failing; ``observe`` is told every answer (the
-    reconciler's recovery watch). ``horizon`` and ``clock`` judge the refusals
-    a skewed clock can cause (:mod:`platform_svc.skew`); the clock is also told
+    cluster_svc known to be failing. ``horizon`` and ``clock`` judge the refusals
+    a skewed clock can cause (:mod:`platform_svc.push.skew`); the clock is also told
     every answer's ``Date``. Without one, the pusher measures its own.
     """
 
@@ -279,7 +120,6 @@ class Pusher:
     retry: RetryPolicy = RetryPolicy()
     _: KW_ONLY
     breaker: CircuitBreaker | None = None
-    observe: Callable[[Answer], None] | None = None
     horizon: Horizon = Horizon()
     clock: ClockWatch | None = None
     _coalescers: dict[str, Coalescer] = field(default_factory=dict, init=False, repr=False)
@@ -396,13 +236,15 @@ class Pusher:
             return row
 
     def push_claimed(
-        self, claim: Claim, *, cancelled: Callable[[], bool] = lambda: False
+        self, claim: Claim, *, cancelled: Callable[[], bool] = lambda: False,
+        observe: Callable[[Answer], None] = lambda answer: None,
     ) -> list[RowMapping] | None:
         """A worker's unit: push the claimed rows with one call and record every answer
         with one statement; return the rows as recorded, or None when they were not pushed.
 
-        Rows whose lease has run too short (they waited for a free worker) or
-        whose reconciler is stopping are released unpushed, due as they were.
+        ``observe`` is told every answer (the reconciler's recovery watch). Rows
+        whose lease has run too short (they waited for a free worker) or whose
+        reconciler is stopping are released unpushed, due as they were.
         """
         resource, rows = claim.resource, claim.rows
         if cancelled() or time.monotonic() > claim.push_by:
@@ -414,6 +256,7 @@ class Pusher:
         changes = [change_for(resource, row, answer, self.retry, inline=False) for row, answer in zip(rows, answers)]
         for row, answer, change in zip(rows, answers, changes):
             self._pushed(resource, row, answer, change)
+            observe(answer)
         with self.database.begin() as db_session:
             return _record_all(db_session, resource, rows, changes)
 
@@ -431,7 +274,7 @@ class Pusher:
 
     def _pushed(self, resource: Resource, row: RowMapping, answer: Answer, change: Change) -> None:
         """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once,
-        judged: its outcome is counted, logged unless done, and observed."""
+        judged: its outcome is counted, and logged unless done."""
         count_push(resource.label, answer.operation, answer.outcome)
         if answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
@@ -440,8 +283,6 @@ class Pusher:
             log.warning("push of %s %s: cluster_svc is ahead (generation %d there, %d sent, or other fields);"
                         " pushing the platform's fields again", resource.words, row["id"], change.confirmed,
                         row["generation"])
-        if self.observe is not None:
-            self.observe(answer)
 
     def _parent_confirmed(self, resource: Resource, row: RowMapping) -> bool:
         parent = resource.parent.table

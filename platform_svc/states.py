@@ -1,0 +1,68 @@
+"""A platform row's sync state, and when a pending row counts as *stalled*: the one vocabulary the
+API, ``sync-status``, the console and the ``sync_rows`` gauge share.
+
+The database derives ``sync_state`` from the row's generations (:data:`STATE_SQL`, a generated
+column), so it can never disagree with them: ``pending`` (cluster_svc has not confirmed what the
+row wants), ``synced`` (it has) or ``failed`` (a permanent answer; a person decides).
+
+*Stalled* is never stored: a pending row whose last public write (``updated_at``; pushes never
+touch it) is older than the threshold (:func:`stalled_after`). It is still retried, and every
+surface counts it apart from the other pending rows, so the counts of the four shown states add
+up to every row (docs/operations.md, "Sync states").
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Table, func
+
+from shared import config
+
+
+class SyncState(enum.StrEnum):
+    """What a row is shown as. The first three are the ``sync_state`` column's values; ``STALLED``
+    is a pending row past the threshold (:func:`stalled`), shown apart."""
+
+    SYNCED = "synced"
+    PENDING = "pending"
+    STALLED = "stalled"
+    FAILED = "failed"
+
+
+STORED = (SyncState.PENDING, SyncState.SYNCED, SyncState.FAILED)  # the column's values
+SHOWN = (SyncState.SYNCED, SyncState.PENDING, SyncState.STALLED, SyncState.FAILED)  # as counted and drawn
+
+# The generated column: failed once a permanent answer came, synced once cluster_svc confirmed
+# the wanted generation (or the delete), pending otherwise.
+STATE_SQL = f"""CASE
+    WHEN sync_failed_at IS NOT NULL THEN '{SyncState.FAILED}'
+    WHEN deleted_at IS NULL AND synced_generation >= generation THEN '{SyncState.SYNCED}'
+    WHEN deleted_at IS NOT NULL AND delete_synced_at IS NOT NULL THEN '{SyncState.SYNCED}'
+    ELSE '{SyncState.PENDING}'
+END"""
+
+
+def is_state(state: SyncState) -> str:
+    """The SQL condition ``sync_state = '<state>'`` (a partial index's ``WHERE``)."""
+    return f"sync_state = '{state}'"
+
+
+# A row pending longer than this (since its last public write) is stalled.
+STALLED_AFTER = timedelta(minutes=5)
+
+
+def stalled_after(environ: Mapping[str, str] | None = None) -> timedelta:
+    """The stalled threshold: ``SYNC_STALLED_AFTER_SECONDS`` when set, else :data:`STALLED_AFTER`.
+
+    :raise ConfigError: the setting is not an integer.
+    """
+    seconds = config.integer("SYNC_STALLED_AFTER_SECONDS", int(STALLED_AFTER.total_seconds()), environ)
+    return timedelta(seconds=seconds)
+
+
+def stalled(table: Table, after: timedelta) -> Any:
+    """The SQL condition: a row of ``table`` is stalled (pending since more than ``after``)."""
+    return (table.c.sync_state == SyncState.PENDING) & (table.c.updated_at < func.now() - after)
