@@ -8,29 +8,38 @@ registered in :data:`RESOURCES` as it is defined.
 A row whose ``deleted_at`` is set is a tombstone: it is what makes a repeated
 delete answer 410 and a late create fail instead of resurrecting the object.
 It stays until its ID is past the UUIDv7 horizon, when no create of that ID
-is accepted any more and ``cluster-svc purge`` removes it (shared.horizon). A DELETE of an ID never seen stores a bare tombstone
-(ID and ``deleted_at`` only), so the descriptive columns are nullable and a
-CHECK keeps them required on every live row.
+is accepted any more and ``cluster-svc purge`` removes it (shared.horizon).
+A DELETE of an ID never seen stores a bare tombstone (ID and ``deleted_at``
+only), so the descriptive columns are nullable and a CHECK keeps them required
+on every live row. A model writes only what is its own: its table, columns,
+that CHECK and the tombstones' index are derived from its declaration
+(:func:`shared.registry.registering`).
 """
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Uuid, func, text
+from sqlalchemy import CheckConstraint, DateTime, Index, Integer, MetaData, Uuid, func, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from shared import contract
 from shared.db import NAMING_CONVENTION
 from shared.declaration import Declaration
-from shared.registry import Registry, registering
-from shared.types import IPNetworkType
+from shared.registry import Registry, declared_columns, registering
 
 
-def tombstones_index(table: str) -> Index:
-    """Every table's tombstones in ``(deleted_at, id)`` order: the tombstone gauges
-    and purge read them here, never the table."""
-    return Index(f"ix_{table}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL"))
+def _table_args(declaration: Declaration, table: str) -> tuple[Any, ...]:
+    """What every resource's table gets beside its own constraints: a CHECK keeping a live row
+    complete (a bare tombstone holds only its ID), generations from 1, and its tombstones in
+    ``(deleted_at, id)`` order, where the tombstone gauges and purge read them, never the table."""
+    required = [f"{name} IS NOT NULL" for name in declaration.required]
+    complete = " AND ".join(required) if len(required) == 1 else f"({' AND '.join(required)})"
+    return (
+        *([CheckConstraint(f"deleted_at IS NOT NULL OR {complete}", name="live_rows_complete")] if required else []),
+        CheckConstraint("generation >= 1", name="generation_positive"),
+        Index(f"ix_{table}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL")),
+    )
 
 
 class Lifecycle:
@@ -48,48 +57,25 @@ def _own_columns(declaration: Declaration) -> tuple[str, ...]:
     return ("id", *Lifecycle.__annotations__, *([declaration.owner] if declaration.owner else []))
 
 
+def _model_columns(declaration: Declaration) -> dict[str, Any]:
+    """The declared columns, nullable (a bare tombstone has none), and a root's owner."""
+    columns = declared_columns(declaration, nullable=True, index_parent=False)
+    if declaration.owner:
+        columns[declaration.owner] = mapped_column(Uuid, nullable=True)
+    return columns
+
+
 RESOURCES = Registry(columns=_own_columns, immutable=lambda declaration: declaration.immutable_columns)
 
 
-class Base(registering(RESOURCES), DeclarativeBase):
+class Base(registering(RESOURCES, columns=_model_columns, table_args=_table_args), DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 class Cluster(Lifecycle, Base, declares=contract.CLUSTER):
-    __tablename__ = "clusters"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    team_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
-    name: Mapped[str | None] = mapped_column(String(63))
-    region: Mapped[str | None] = mapped_column(String(32))
-    postgres_version: Mapped[int | None] = mapped_column(Integer)
-    plan: Mapped[str | None] = mapped_column(String(32))
-    storage_gb: Mapped[int | None] = mapped_column(Integer)
-
-    __table_args__ = (
-        CheckConstraint(
-            "deleted_at IS NOT NULL OR (team_id IS NOT NULL AND name IS NOT NULL AND region IS NOT NULL"
-            " AND postgres_version IS NOT NULL AND plan IS NOT NULL AND storage_gb IS NOT NULL)",
-            name="live_rows_complete",
-        ),
-        CheckConstraint("generation >= 1", name="generation_positive"),
-        # Listing a team's live clusters in id order (keyset pagination).
-        Index("ix_clusters_team_id_live", "team_id", "id", postgresql_where=text("deleted_at IS NULL")),
-        tombstones_index("clusters"),
-    )
+    # Listing a team's live clusters in id order (keyset pagination).
+    __table_args__ = (Index("ix_clusters_team_id_live", "team_id", "id", postgresql_where=text("deleted_at IS NULL")),)
 
 
 class FirewallRule(Lifecycle, Base, declares=contract.FIREWALL_RULE):
-    __tablename__ = "firewall_rules"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), nullable=False)
-    cidr: Mapped[str | None] = mapped_column(IPNetworkType)
-    description: Mapped[str | None] = mapped_column(String(255))
-
-    __table_args__ = (
-        CheckConstraint("deleted_at IS NOT NULL OR cidr IS NOT NULL", name="live_rows_complete"),
-        CheckConstraint("generation >= 1", name="generation_positive"),
-        Index("ix_firewall_rules_cluster_id", "cluster_id", "id"),
-        tombstones_index("firewall_rules"),
-    )
+    __table_args__ = (Index("ix_firewall_rules_cluster_id", "cluster_id", "id"),)

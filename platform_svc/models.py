@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -34,8 +35,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 from platform_svc.states import STATE_SQL, SyncState, is_state
 from shared import contract
 from shared.db import NAMING_CONVENTION
-from shared.registry import Registry, registering
-from shared.types import IPNetworkType
+from shared.declaration import Declaration
+from shared.registry import Registry, declared_columns, registering
 
 
 
@@ -135,30 +136,24 @@ class Synced:
 RESOURCES = Registry(columns=lambda declaration: ("id", *Synced.__annotations__), immutable=lambda _: KEY_REPLAY)
 
 
-class Object(registering(RESOURCES), Synced, Base):
-    """The base of every model of a declared resource (``declares=``)."""
+def _model_columns(declaration: Declaration) -> dict[str, Any]:
+    """The declared columns: a platform row always holds every field."""
+    return declared_columns(declaration, nullable=False, index_parent=True)
+
+
+class Object(registering(RESOURCES, columns=_model_columns), Synced, Base):
+    """The base of every model of a declared resource (``declares=``): its table, ID, ancestors'
+    IDs and fields are derived from the declaration, the sync bookkeeping is :class:`Synced`'s."""
 
     __abstract__ = True
 
 
 class Cluster(Object, declares=contract.CLUSTER):
-    __tablename__ = "clusters"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    name: Mapped[str] = mapped_column(String(63))
-    region: Mapped[str] = mapped_column(String(32))
-    postgres_version: Mapped[int] = mapped_column(Integer)
-    plan: Mapped[str] = mapped_column(String(32))
-    storage_gb: Mapped[int] = mapped_column(Integer)
+    pass
 
 
 class FirewallRule(Object, declares=contract.FIREWALL_RULE):
-    __tablename__ = "firewall_rules"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"), index=True)
-    cidr: Mapped[str] = mapped_column(IPNetworkType)
-    description: Mapped[str] = mapped_column(String(255))
+    pass
 
 
 class Lease(Base):

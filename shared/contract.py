@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from marshmallow import fields, validate
 
-from shared.declaration import Declaration, Field
+from shared.declaration import CIDR, INTEGER, Declaration, Field, varchar
 from shared.openapi import NO_NUL, FullMatch
 from shared.schemas import IPNetwork, StrictInteger, Text
 
@@ -24,11 +24,11 @@ CLUSTER = Declaration(
     "cluster",
     owner="team_id",
     fields={
-        "name": Field(Text, validate=CLUSTER_NAME),
-        "region": Field(fields.String, validate=validate.OneOf(REGIONS), immutable=True),
-        "postgres_version": Field(StrictInteger, validate=validate.Range(14, 17), immutable=True),
-        "plan": Field(fields.String, validate=validate.OneOf(PLANS)),
-        "storage_gb": Field(StrictInteger, validate=validate.Range(10, 4096)),
+        "name": Field(Text, varchar(63), validate=CLUSTER_NAME),
+        "region": Field(fields.String, varchar(32), validate=validate.OneOf(REGIONS), immutable=True),
+        "postgres_version": Field(StrictInteger, INTEGER, validate=validate.Range(14, 17), immutable=True),
+        "plan": Field(fields.String, varchar(32), validate=validate.OneOf(PLANS)),
+        "storage_gb": Field(StrictInteger, INTEGER, validate=validate.Range(10, 4096)),
     },
 )
 
@@ -36,7 +36,7 @@ FIREWALL_RULE = Declaration(
     "firewall_rule",
     parent=CLUSTER,
     fields={
-        "cidr": Field(IPNetwork, immutable=True),
-        "description": Field(Text, validate=validate.Length(max=255), metadata={"pattern": NO_NUL}, default=""),
+        "cidr": Field(IPNetwork, CIDR, immutable=True),
+        "description": Field(Text, varchar(255), metadata={"pattern": NO_NUL}, default=""),  # at most 255: its column
     },
 )

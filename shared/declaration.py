@@ -1,15 +1,17 @@
 """A resource's wire contract, declared once for both services.
 
 A :class:`Declaration` says what travels on the wire for one kind of object:
-its key, its parent, its fields with their validation, which of them are
-immutable, and (for a root) the column naming who owns its tree. Both
-services import the same declaration and derive everything else from it:
+its key, its parent, its fields with their validation and their column,
+which of them are immutable, and (for a root) the column naming who owns its
+tree. Both services import the same declaration and derive everything else
+from it:
 cluster_svc its create, update, output, page and batch bodies (with ``id``,
 ``generation`` and the owner added), platform_svc its public create, PATCH
-and output bodies (without them), and what it pushes down. Each service
-keeps its own model and migrations; a model whose columns disagree with its
-declaration stops the service at start-up (:meth:`Declaration.check_columns`),
-naming the field.
+and output bodies (without them), and what it pushes down; each service its
+model's columns for the fields and the ancestors (:mod:`shared.registry`).
+Each service keeps its own migrations; a table whose columns disagree with its
+declaration (a name, a type or a length) stops the service at start-up
+(:meth:`Declaration.check_columns`), naming the field.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import marshmallow as ma
-from marshmallow import fields
+from marshmallow import fields, validate
 
 from shared.config import ConfigError
 
@@ -28,13 +30,42 @@ class DeclarationMismatch(ConfigError):
 
 
 @dataclass(frozen=True)
+class Column:
+    """The column that holds a field in each service's table, as plain data (no SQL library):
+    ``varchar`` with its ``length``, ``integer`` or ``cidr`` (:func:`shared.types.column_type`
+    makes the SQLAlchemy type)."""
+
+    type: str
+    length: int | None = None
+
+    def __str__(self) -> str:
+        return self.type if self.length is None else f"{self.type}({self.length})"
+
+    def __post_init__(self) -> None:
+        if self.type not in COLUMN_TYPES or (self.type == "varchar") != (self.length is not None):
+            raise ValueError(f"a column is one of {', '.join(COLUMN_TYPES)}, and only varchar has a length: {self}")
+
+
+COLUMN_TYPES = ("varchar", "integer", "cidr")
+
+
+def varchar(length: int) -> Column:
+    return Column("varchar", length)
+
+
+INTEGER = Column("integer")
+CIDR = Column("cidr")
+
+
+@dataclass(frozen=True)
 class Field:
     """One field of a resource's body, as both services validate it.
 
     ``kind`` is the marshmallow field class that loads it (``validate`` and
     ``metadata`` go with it); it writes the field out too, unless it names a
     plainer ``dumped_as`` class (a kind that only adds input checks, such as
-    :class:`shared.schemas.Text`).
+    :class:`shared.schemas.Text`). ``column`` is where both services store it:
+    a text field with no validator of its own is held to its column's length.
     ``default`` is the value a create takes when the field is left out: an
     update (cluster_svc's PUT) always requires the field, and a PATCH has no
     default at all, so a generated client never sends a value its caller did
@@ -42,6 +73,7 @@ class Field:
     """
 
     kind: type[fields.Field]
+    column: Column
     validate: Any = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     immutable: bool = False
@@ -49,12 +81,19 @@ class Field:
 
     def loader(self, *, required: bool, default: bool) -> fields.Field:
         """The input field: required, or with its create default (``default``), or neither (a PATCH)."""
-        options: dict[str, Any] = {"validate": self.validate, "metadata": dict(self.metadata)}
+        options: dict[str, Any] = {"validate": self.validators, "metadata": dict(self.metadata)}
         if default and self.default is not ma.missing:
             options["load_default"] = self.default
         elif required:
             options["required"] = True
         return self.kind(**options)
+
+    @property
+    def validators(self) -> Any:
+        """``validate``, or for a text field without one, its column's length."""
+        if self.validate is None and self.column.length is not None:
+            return validate.Length(max=self.column.length)
+        return self.validate
 
     def dumper(self, **options: Any) -> fields.Field:
         """The output field, without the input's validation (``options``: such as ``allow_none``)."""
@@ -151,18 +190,35 @@ class Declaration(Named):
         """Every field in input order: the mutable ones, then the immutable ones."""
         return {**self.mutable, **self.immutable}
 
-    def check_columns(self, table_name: str, columns: Iterable[str], own: Iterable[str]) -> None:
-        """Refuse a table whose columns are not exactly the declared fields and ``own`` (what the
-        service adds: its bookkeeping, the ancestors' IDs, cluster_svc's owner).
+    @property
+    def required(self) -> tuple[str, ...]:
+        """What a live row always holds: a root's owner and every field a create cannot leave out."""
+        return (*([self.owner] if self.owner else []), *(n for n, spec in self.fields.items() if spec.default is ma.missing))
 
-        :raise DeclarationMismatch: naming the field or column missing, or the column nothing declares.
+    def check_columns(
+        self, table_name: str, columns: Mapping[str, Column | None], own: Iterable[str]
+    ) -> None:
+        """Refuse a table whose columns are not exactly the declared fields (of their declared type
+        and length; ``columns`` maps each column name to its :class:`Column`, or None for a type no
+        field uses) and ``own`` (what the service adds: its bookkeeping, the ancestors' IDs,
+        cluster_svc's owner).
+
+        :raise DeclarationMismatch: naming the field or column missing, of another type, or the
+            column nothing declares.
         """
-        columns, own = set(columns), list(own)
+        found, own = dict(columns), list(own)
+        columns = set(found)
         for name in self.fields:
             if name not in columns:
                 raise DeclarationMismatch(
                     f"the table {table_name} has no column for the field {name!r} that {self.key!r} declares"
                     " (add it to the model and a migration, or remove it from the declaration)"
+                )
+        for name, spec in self.fields.items():
+            if found[name] != spec.column:
+                raise DeclarationMismatch(
+                    f"the column {table_name}.{name} is {found[name] or 'of another type'}, where {self.key!r}"
+                    f" declares {spec.column} (change the model and a migration, or the declaration)"
                 )
         for name in own:
             if name not in columns:

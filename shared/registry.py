@@ -26,6 +26,11 @@ rule; ``cluster_id`` and ``firewall_rule_id`` on something under a rule).
 Ancestry never changes, so the copies cannot disagree, and any object can be
 scoped, routed and pushed from its own row without a join.
 
+A model's table, its fields' columns (type and length as declared) and its
+ancestors' ID columns are derived from its declaration (:func:`registering`),
+as are the constraints and indexes the service adds to every resource's
+table; a model writes only what is its own.
+
 A deployment (or a test) may add resources of its own: the modules named in
 ``RESOURCE_MODULES`` (comma-separated import paths) are imported at start-up,
 and each defines a declaration and a model per service (see docs/design.md,
@@ -42,6 +47,7 @@ from typing import Any
 from sqlalchemy import Table
 
 from shared.declaration import Declaration, Named
+from shared.types import column_type, declared_as
 
 RESOURCE_MODULES = "RESOURCE_MODULES"
 
@@ -161,7 +167,7 @@ class Registry:
         if declaration.path_variable in [ancestor.path_variable for ancestor in declaration.ancestors]:
             raise ValueError(f"{declaration.key!r} and an ancestor share the path variable {declaration.path_variable!r}")
         own = [*self._columns(declaration), *(ancestor.id_column for ancestor in declaration.ancestors)]
-        declaration.check_columns(table.name, table.c.keys(), own)
+        declaration.check_columns(table.name, {column.name: declared_as(column.type) for column in table.c}, own)
         resource = Resource(declaration, table, immutable=self._immutable(declaration), parent=parent)
         if parent is not None:
             parent.children.append(resource)
@@ -185,20 +191,53 @@ class Registry:
         return [resource for resource in self if resource.parent is None]
 
 
-def registering(registry: Registry) -> type:
+def registering(
+    registry: Registry,
+    *,
+    columns: Callable[[Declaration], Mapping[str, Any]],
+    table_args: Callable[[Declaration, str], tuple[Any, ...]] = lambda declaration, table: (),
+) -> type:
     """A mixin for a service's declarative base: a model class defined with
-    ``declares=<Declaration>`` registers its resource in ``registry`` as it is defined.
+    ``declares=<Declaration>`` gets its table named (the key's plural), the
+    mapped ``columns(declaration)`` it does not define itself, and
+    ``table_args(declaration, table)`` beside its own ``__table_args__``;
+    then it registers its resource in ``registry`` as it is defined.
 
     :raise DeclarationMismatch: (while the model is defined) its columns disagree with the declaration.
     """
 
     class Registering:
         def __init_subclass__(cls, declares: Declaration | None = None, **kwargs: Any) -> None:
+            if declares is not None:
+                if "__tablename__" not in cls.__dict__:
+                    cls.__tablename__ = declares.plural
+                for name, column in columns(declares).items():
+                    if name not in cls.__dict__:
+                        setattr(cls, name, column)
+                extra = table_args(declares, cls.__tablename__)
+                if extra:
+                    cls.__table_args__ = (*cls.__dict__.get("__table_args__", ()), *extra)
             super().__init_subclass__(**kwargs)  # the ORM maps the class, and so makes its table
             if declares is not None:
                 registry.declare(declares, cls.__table__)
 
     return Registering
+
+
+def declared_columns(declaration: Declaration, *, nullable: bool, index_parent: bool) -> dict[str, Any]:
+    """The mapped columns a model of ``declaration`` gets: its ID, an ID column (a foreign key) for
+    every ancestor (indexed for the parent when ``index_parent``), and a column per field, of its
+    declared type, ``nullable`` or not."""
+    from sqlalchemy import ForeignKey, Uuid
+    from sqlalchemy.orm import mapped_column
+
+    found: dict[str, Any] = {"id": mapped_column(Uuid, primary_key=True)}
+    for ancestor in declaration.ancestors:
+        index = True if index_parent and ancestor is declaration.parent else None
+        found[ancestor.id_column] = mapped_column(Uuid, ForeignKey(f"{ancestor.plural}.id"), nullable=False, index=index)
+    for name, spec in declaration.fields.items():
+        found[name] = mapped_column(column_type(spec.column), nullable=nullable)
+    return found
 
 
 def load_resource_modules(environ: Mapping[str, str] | None = None) -> list[str]:

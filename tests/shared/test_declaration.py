@@ -9,8 +9,8 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from marshmallow import fields
-from sqlalchemy import MetaData, String, Uuid
+from marshmallow import ValidationError, fields
+from sqlalchemy import CheckConstraint, Integer, MetaData, String, Uuid
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 import cluster_svc.models as cluster_models
@@ -18,7 +18,7 @@ import platform_svc.models as platform_models
 from cluster_svc.schemas import route_schemas as cluster_schemas
 from platform_svc.push import content
 from platform_svc.schemas import route_schemas as public_schemas
-from shared.declaration import Declaration, DeclarationMismatch, Field
+from shared.declaration import INTEGER, Declaration, DeclarationMismatch, Field, varchar
 from shared.registry import Registry, registering
 from tooling.testing import ROOT, console_script
 
@@ -65,13 +65,15 @@ def test_a_replay_must_repeat_the_owner_or_the_parent_and_the_immutable_fields()
 def registry_and_base():
     registry = Registry(columns=lambda declaration: ("id",), immutable=lambda declaration: ())
 
-    class Base(registering(registry), DeclarativeBase):
+    class Base(registering(registry, columns=lambda declaration: {}), DeclarativeBase):  # nothing derived
         metadata = MetaData()
 
     return registry, Base
 
 
-THING = Declaration("thing", owner="team_id", fields={"label": Field(fields.String), "size": Field(fields.Integer)})
+THING = Declaration(
+    "thing", owner="team_id", fields={"label": Field(fields.String, varchar(20)), "size": Field(fields.Integer, INTEGER)}
+)
 
 
 def test_a_model_missing_a_declared_field_is_refused_naming_it():
@@ -81,7 +83,7 @@ def test_a_model_missing_a_declared_field_is_refused_naming_it():
         class Thing(Base, declares=THING):
             __tablename__ = "things"
             id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-            label: Mapped[str] = mapped_column(String)
+            label: Mapped[str] = mapped_column(String(20))
 
     assert "thing" not in registry
 
@@ -93,9 +95,43 @@ def test_a_column_no_field_declares_is_refused_naming_it():
         class Thing(Base, declares=THING):
             __tablename__ = "things"
             id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-            label: Mapped[str] = mapped_column(String)
+            label: Mapped[str] = mapped_column(String(20))
             size: Mapped[int] = mapped_column()
             colour: Mapped[str] = mapped_column(String)
+
+
+@pytest.mark.parametrize("stored_as", [String(21), String(), Integer()], ids=["longer", "unbounded", "integer"])
+def test_a_column_of_another_type_or_length_than_declared_is_refused_naming_both(stored_as):
+    registry, Base = registry_and_base()
+    with pytest.raises(DeclarationMismatch, match=r"things\.label is .*, where 'thing' declares varchar\(20\)"):
+
+        class Thing(Base, declares=THING):
+            __tablename__ = "things"
+            id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+            label: Mapped[str] = mapped_column(stored_as)
+            size: Mapped[int] = mapped_column()
+
+
+def test_a_text_field_without_a_validator_of_its_own_is_held_to_its_column_length():
+    spec = Field(fields.String, varchar(20))
+    with pytest.raises(ValidationError):
+        spec.loader(required=True, default=False).deserialize("x" * 21)
+    assert spec.loader(required=True, default=False).deserialize("x" * 20) == "x" * 20
+
+
+def test_a_services_model_of_a_declaration_is_derived_from_it_whole():
+    """A model names its declaration and nothing else: its table, columns (type, length and
+    nullability the service's), ancestors' keys, CHECK and tombstones' index follow from it."""
+    cluster_table, platform_table = cluster_models.RESOURCES["firewall_rule"].table, platform_models.RESOURCES[
+        "firewall_rule"].table
+    for table in (cluster_table, platform_table):
+        assert table.name == "firewall_rules"
+        assert str(table.c.description.type) == "VARCHAR(255)" and str(table.c.cidr.type) == "CIDR"
+        assert [fk.target_fullname for fk in table.c.cluster_id.foreign_keys] == ["clusters.id"]
+    assert cluster_table.c.cidr.nullable and not platform_table.c.cidr.nullable  # a tombstone holds no fields
+    checks = {c.name: str(c.sqltext) for c in cluster_table.constraints if isinstance(c, CheckConstraint)}
+    assert checks["ck_firewall_rules_live_rows_complete"] == "deleted_at IS NOT NULL OR cidr IS NOT NULL"
+    assert "ix_firewall_rules_deleted" in {index.name for index in cluster_table.indexes}
 
 
 def test_a_model_that_agrees_is_registered_with_what_it_declares():
@@ -104,7 +140,7 @@ def test_a_model_that_agrees_is_registered_with_what_it_declares():
     class Thing(Base, declares=THING):
         __tablename__ = "things"
         id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-        label: Mapped[str] = mapped_column(String)
+        label: Mapped[str] = mapped_column(String(20))
         size: Mapped[int] = mapped_column()
 
     assert registry["thing"].declaration is THING and registry["thing"].table is Thing.__table__
@@ -126,6 +162,6 @@ def test_a_service_whose_model_disagrees_with_its_declaration_refuses_to_start(c
 
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "cluster-svc: the table tags has no column for the field 'label' that 'tag' declares"
-        " (add it to the model and a migration, or remove it from the declaration)"
+        "cluster-svc: the column tags.label is varchar(10), where 'tag' declares varchar(40)"
+        " (change the model and a migration, or the declaration)"
     )

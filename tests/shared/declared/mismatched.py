@@ -1,22 +1,17 @@
-"""A resource whose cluster_svc model lacks a declared field: the service must refuse to start."""
+"""A resource whose cluster_svc model stores a declared field in a column of another length: the
+service must refuse to start."""
 from __future__ import annotations
 
-import uuid
-
 from marshmallow import fields
-from sqlalchemy import ForeignKey, Uuid
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import String
+from sqlalchemy.orm import mapped_column
 
 import cluster_svc.models as cluster_models
 from shared.contract import FIREWALL_RULE
-from shared.declaration import Declaration, Field
+from shared.declaration import Declaration, Field, varchar
 
-TAG = Declaration("tag", parent=FIREWALL_RULE, fields={"label": Field(fields.String)})
+TAG = Declaration("tag", parent=FIREWALL_RULE, fields={"label": Field(fields.String, varchar(40))})
 
 
 class Tag(cluster_models.Lifecycle, cluster_models.Base, declares=TAG):
-    __tablename__ = "tags"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    cluster_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("clusters.id"))
-    firewall_rule_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("firewall_rules.id"))
+    label = mapped_column(String(10))  # not the declared varchar(40)
