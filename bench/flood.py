@@ -113,7 +113,7 @@ def measure(platform_url: str, quiet_key: str, noisy_key: str, *, rounds: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.run import Server, run_checked
+    from bench.processes import Server, run_checked
     from tooling.testing import console_script, fresh_database, postgres_server
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

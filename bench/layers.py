@@ -83,7 +83,8 @@ def serve(service: str, variant: str, port: int) -> None:
 
 
 def measure(args: argparse.Namespace) -> str:
-    from bench.run import Contender, Server, Wrk, run_checked
+    from bench.driver import Contender, Wrk
+    from bench.processes import Server, run_checked
     from tooling.testing import console_script, fresh_database, postgres_server
 
     logs = Path(tempfile.mkdtemp(prefix="bench-layers-"))
@@ -161,7 +162,7 @@ def profile_full(service: str, full: Any, wrk: Any, logs: Path) -> list[str]:
     import subprocess
 
     from bench.profile import summarize
-    from bench.run import py_spy
+    from bench.processes import py_spy
 
     out = logs / f"{service}.full.gil.txt"
     spy = subprocess.Popen([py_spy(), "record", "--pid", str(full.cpu_roots["worker"]), "-f", "raw", "-r", "500",
