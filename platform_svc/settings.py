@@ -20,14 +20,13 @@ if TYPE_CHECKING:
 
 # The inline push after a public write: a short budget, since the reconciler
 # finishes whatever it does not (a long Retry-After is the reconciler's to wait).
-# One second in all, whatever cluster_svc does: with only per-attempt timeouts,
-# a frozen cluster_svc held each public write for three read timeouts and two
-# pauses (about 3.3 s) until the worker's breaker opened. Quick retries (a kept-
-# alive connection closed under it, a refused connect) still fit in that second.
+# One second in all, whatever cluster_svc does (total_timeout): per-attempt
+# timeouts alone would let a frozen cluster_svc hold each public write for every
+# attempt and pause until the worker's breaker opens. Quick retries (a kept-alive
+# connection closed under it, a refused connect) still fit in that second.
 # A gevent worker pushes for every public write it has in flight, so its pool
-# keeps that many connections to cluster_svc: with 10, every push beyond the
-# tenth opened a connection and dropped it with a WARNING ("Connection pool is
-# full"), hundreds of lines per benchmark run.
+# keeps as many connections to cluster_svc as it has writes in flight, rather
+# than opening and dropping one per push beyond the pool.
 INLINE_POLICY = ClientPolicy(
     connect_timeout=0.5,
     read_timeout=1.0,

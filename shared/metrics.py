@@ -1,7 +1,10 @@
 """The metrics both services and the reconciler expose (names are the contract).
 
-This is the only module that defines metrics with prometheus-client. It is
-imported lazily (by :mod:`shared.observability` and :mod:`shared.counters`,
+Every metric counted in memory (counters, histograms) is defined here; the
+gauges read from their source at each scrape are collectors beside what they
+read (:mod:`platform_svc.operations.metrics`, :mod:`cluster_svc.tombstones`,
+:mod:`shared.clock`), registered through :func:`serve_process_metrics` or the
+app's metrics endpoint. This module is imported lazily (by :mod:`shared.observability` and :mod:`shared.counters`,
 when an app is built or a counter first moves), never at import time of a
 command-line module: prometheus-client picks its storage when first
 imported, and under gunicorn it must see ``PROMETHEUS_MULTIPROC_DIR``

@@ -60,7 +60,7 @@ from shared import request_id
 
 # The statuses the push path retries within a call (cluster_svc overloaded or failing over).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-# Retried when they carry Retry-After, whatever the policy's statuses (as urllib3's Retry did).
+# Retried when they carry Retry-After, whatever the policy's statuses (as urllib3's Retry does).
 RETRY_AFTER_STATUSES = frozenset({413, 429, 503})
 # Less than this left of a call's total_timeout: no attempt is started.
 SHORTEST_ATTEMPT = 0.05
@@ -167,7 +167,7 @@ class Transport:
         self.policy = policy
         self._timeout = urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout)
         # Not blocking: a call finding every pooled connection busy opens one
-        # more (dropped afterwards) rather than waiting, as requests did.
+        # more (dropped afterwards) rather than waiting for one to come back.
         self._pool = connection_from_url(self.base_url, maxsize=policy.pool_size, block=False)
         self._prefix = urlsplit(self.base_url).path  # what the pool's requests put before a route's path
         self._headers = {**headers, "Accept": "application/json"}

@@ -170,10 +170,10 @@ class Authenticator:
 
     Nothing is cached: one statement per request, so a revocation or a removal
     holds at once in every process. The statement runs in a transaction of its own
-    (BEGIN and COMMIT: two round trips more than autocommitting it). Autocommitted, its
-    connection's isolation level was reset as it went back to the pool, on a connection a
-    failover had just ended: psycopg2's error came from SQLAlchemy's pool, unwrapped, and
-    two creates of make test-scale's primary kill answered 500 instead of 503.
+    (BEGIN and COMMIT: two round trips more than autocommitting it): an autocommitted
+    connection has its isolation level reset as it goes back to the pool, and on a
+    connection a failover has just ended that reset fails inside SQLAlchemy's pool, where
+    the error is not the DBAPIError the 503 handler knows (a 500 instead of a 503).
 
     :raise TooManyRequests: the key is valid, and its account has used its window (raised when
         that window ends).
