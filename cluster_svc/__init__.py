@@ -71,5 +71,6 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         testing=testing,
     )
     app.extensions["horizon"] = settings.horizon
+    app.extensions["clock"] = clock
     api.register_blueprint(blueprint())
     return app
