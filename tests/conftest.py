@@ -129,7 +129,7 @@ def pytest_ignore_collect(collection_path, config):
 # whole modules to its workers in collection order (with --no-loadscope-reorder, as
 # make test runs it; by default it orders them by their number of tests), and one
 # long module handed out last keeps one worker busy while the other idles.
-LONG_FIRST = ("tests/test_devrun.py", "tests/chaos/", "tests/e2e/")
+LONG_FIRST = ("tests/tooling/test_devrun.py", "tests/chaos/", "tests/e2e/")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -45,7 +45,7 @@ from typing import Any
 import requests
 from sqlalchemy.engine import URL
 
-from tooling import embedded_pg, packages
+from tooling import embedded_pg, packages, testing
 from tooling.devrun import migrate_databases
 from tooling.pgbouncer import PgBouncer
 from tooling.testing import LiveServer, console_script, free_port
@@ -145,18 +145,10 @@ def _owned_by(path: Path, user: str) -> None:
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, poll: float = 0.1) -> Any:
-    """``condition()``'s first truthy answer; TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = condition()
-        except (requests.RequestException, OSError):
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
-        time.sleep(poll)
+    """``condition()``'s first truthy answer, a process that does not answer yet counting as none
+    (:func:`tooling.testing.wait_for`). :raise TimeoutError: not within ``timeout`` seconds."""
+    unanswered = (requests.RequestException, OSError)
+    return testing.wait_for(condition, timeout=timeout, what=what, poll=poll, ignoring=unanswered)
 
 
 # -- PostgreSQL under Patroni -------------------------------------------------------

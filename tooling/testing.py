@@ -362,3 +362,25 @@ def uuid7_at(unix_seconds: float) -> uuid.UUID:
 def uuid7_ago(seconds: float) -> uuid.UUID:
     """A UUIDv7 born ``seconds`` ago (negative: in the future)."""
     return uuid7_at(time.time() - seconds)
+
+
+def wait_for(
+    condition: Callable[[], Any], *, timeout: float = 20.0, what: str = "condition", poll: float = 0.05,
+    ignoring: tuple[type[Exception], ...] = (),
+) -> Any:
+    """Poll ``condition`` until it returns something truthy, and return that; an exception of
+    ``ignoring`` counts as a falsy answer.
+
+    :raise TimeoutError: not within ``timeout`` seconds (naming ``what``).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = condition()
+        except ignoring:
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(poll)

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.contract import PLANS, REGIONS
+from tests.chaos.convergence import install_audit, read_audit
 from tooling import embedded_pg
-from tooling.pair import PublicApi, expect
+from tooling.pair import Pair, PublicApi, expect
+from tooling.testing import fresh_database
 
 
 REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
@@ -170,3 +174,44 @@ def in_turn(api: PublicApi, calls: list[tuple[str, str, dict | None, tuple[int, 
         answer = expect(api.call(method, path.format(id=created), json=body), *statuses)
         if method == "POST" and created is None:
             created = answer["id"]
+
+
+SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**31))
+
+
+def seed_for(name: str) -> int:
+    """A seed of its own for each use, all derived from the run's seed."""
+    return random.Random(f"{SEED}:{name}").randrange(2**31)
+
+
+def running_pair(
+    request, tmp_path_factory, *, platform_server: str, cluster_server: str, horizon: int | None = None,
+    purge: bool = True,
+):
+    """Both services as processes on fresh databases of these servers, with the fault proxy between them.
+
+    Purge runs on both sides as an operator runs it (``cluster-svc purge --every``
+    beside the pair, every reconciler with ``--purge-interval``, both every
+    :data:`PURGE_EVERY` seconds), unless ``purge`` is false; both services'
+    horizon is ``horizon`` seconds (the scale's unless given). Both databases
+    are audited (see :func:`install_audit`) from the start, and after the
+    module's scenarios neither may have lost a row purge may not remove.
+    """
+    cluster_db_url = fresh_database(cluster_server, "chaos_cluster", migrations=CLUSTER_MIGRATIONS)
+    platform_db_url = fresh_database(platform_server, "chaos_platform", migrations=PLATFORM_MIGRATIONS)
+    install_audit(cluster_db_url)
+    install_audit(platform_db_url)
+    with Pair(
+        platform_db_url=platform_db_url,
+        cluster_db_url=cluster_db_url,
+        workdir=tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]),
+        env={"ID_HORIZON_SECONDS": str(horizon or scale_from_env().horizon)},
+        proxy=True,
+        purge_every=PURGE_EVERY if purge else None,
+    ) as pair:
+        yield pair
+        # Whatever the module's scenarios did: purge removed nothing on either side but deleted
+        # rows whose ID was past the horizon.
+        for platform in (False, True):
+            audit = read_audit(pair, platform=platform)
+            assert audit.hard_deletes == 0, f"{'platform' if platform else 'cluster_svc'}: {audit}"

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tooling import embedded_pg
-from tests.chaos.conftest import running_pair
+from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import Burst, cluster_body
 

@@ -32,7 +32,7 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from tooling.testing import (
     LiveServer, console_script, every_check, fresh_database, fuzzing_config, unique_idempotency_key,
 )
-from tests.chaos.conftest import running_pair, seed_for
+from tests.chaos.harness import running_pair, seed_for
 from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
 from tests.chaos.harness import rules_path
 from tooling.pair import TOKEN, Mark, Pair, PublicApi

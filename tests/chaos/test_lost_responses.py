@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from tooling.faultproxy import Fault, Plan
-from tests.chaos.conftest import seed_for
+from tests.chaos.harness import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
 

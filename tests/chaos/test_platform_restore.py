@@ -33,7 +33,7 @@ from sqlalchemy import text
 
 from shared.counters import REPAIR_FINDINGS
 from shared.contract import PLANS
-from tests.chaos.conftest import running_pair
+from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import (
     REPAIR_INTERVAL, Burst, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all,

@@ -24,7 +24,7 @@ from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from shared.db import Database
 from tooling.faultproxy import Fault, Plan
-from tests.chaos.conftest import seed_for
+from tests.chaos.harness import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body
 from tooling.pair import TOKEN

@@ -20,7 +20,7 @@ from functools import partial
 import pytest
 
 from shared.contract import PLANS
-from tests.chaos.conftest import running_pair
+from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import REPAIR_INTERVAL, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all
 from tooling import embedded_pg

@@ -28,7 +28,7 @@ from sqlalchemy import text
 
 from tooling.faultproxy import Fault, Plan
 from shared.contract import PLANS
-from tests.chaos.conftest import running_pair, seed_for
+from tests.chaos.harness import running_pair, seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
 from tooling.pair import PublicApi, expect

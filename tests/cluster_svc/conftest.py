@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
 from tooling.testing import fresh_database
-
-TOKEN = "test-internal-token"
 
 
 @pytest.fixture(scope="session")
@@ -39,37 +37,17 @@ def anon(app):
     return app.test_client()
 
 
-def cluster_body(**overrides):
-    body = {
-        "id": str(uuid.uuid4()),
-        "team_id": str(uuid.uuid4()),
-        "name": "main-db",
-        "region": "eu-west-1",
-        "postgres_version": 16,
-        "plan": "standard-2",
-        "storage_gb": 100,
-    }
-    body.update(overrides)
-    return body
-
-
 @pytest.fixture
 def cluster(client):
     """A freshly created cluster's body, as cluster_svc answered it."""
-    response = client.post("/v1/clusters", json=cluster_body())
+    response = client.post("/v1/clusters", json=internal_cluster_body())
     assert response.status_code == 201
     return response.get_json()
-
-
-def rule_body(**overrides):
-    body = {"id": str(uuid.uuid4()), "cidr": "10.0.0.0/8", "description": "office"}
-    body.update(overrides)
-    return body
 
 
 @pytest.fixture
 def rule(client, cluster):
     """A freshly created firewall rule under ``cluster``, as cluster_svc answered it."""
-    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body())
+    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=internal_rule_body())
     assert response.status_code == 201
     return response.get_json()

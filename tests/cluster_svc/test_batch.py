@@ -9,7 +9,7 @@ import pytest
 
 from shared.api import MAX_BODY_BYTES
 from tooling.testing import assert_problem, db_row
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 CLUSTERS_BATCH = "/v1/clusters/batch"
 
@@ -57,11 +57,11 @@ def deleted(client, body):
 
 
 def test_mixed_items_answer_one_result_each_in_order(client, engine):
-    existing = cluster_body(name="existing")
+    existing = internal_cluster_body(name="existing")
     created(client, existing)
-    tombstoned = deleted(client, cluster_body())
-    new_first, new_last = cluster_body(name="first"), cluster_body(name="last", generation=3)
-    invalid = cluster_body(plan="platinum")
+    tombstoned = deleted(client, internal_cluster_body())
+    new_first, new_last = internal_cluster_body(name="first"), internal_cluster_body(name="last", generation=3)
+    invalid = internal_cluster_body(plan="platinum")
     items = [
         new_first,
         dict(existing, name="renamed", storage_gb=999),  # mutable fields may differ on a replay
@@ -93,10 +93,10 @@ def test_mixed_items_answer_one_result_each_in_order(client, engine):
 
 
 def test_each_item_answers_what_its_single_create_answers(client):
-    existing = cluster_body()
+    existing = internal_cluster_body()
     created(client, existing)
-    tombstoned = deleted(client, cluster_body())
-    items = [dict(existing, team_id=str(uuid.uuid4())), tombstoned, cluster_body(storage_gb="10")]
+    tombstoned = deleted(client, internal_cluster_body())
+    items = [dict(existing, team_id=str(uuid.uuid4())), tombstoned, internal_cluster_body(storage_gb="10")]
 
     results = post_batch(client, CLUSTERS_BATCH, items)
 
@@ -106,7 +106,7 @@ def test_each_item_answers_what_its_single_create_answers(client):
 
 
 def test_a_batch_of_only_invalid_items_stores_nothing(client, engine):
-    items = [cluster_body(region="mars-1"), {"id": str(uuid.uuid4())}, "not an object", None, []]
+    items = [internal_cluster_body(region="mars-1"), {"id": str(uuid.uuid4())}, "not an object", None, []]
 
     results = post_batch(client, CLUSTERS_BATCH, items)
 
@@ -124,7 +124,7 @@ def test_a_batch_of_only_invalid_items_stores_nothing(client, engine):
 
 
 def test_a_repeated_new_id_is_created_by_its_first_occurrence_and_replayed_after(client, engine):
-    first = cluster_body(name="first")
+    first = internal_cluster_body(name="first")
     other_team = str(uuid.uuid4())
     items = [first, first, dict(first, name="second"), dict(first, region="us-west-2"), dict(first, team_id=other_team)]
 
@@ -139,7 +139,7 @@ def test_a_repeated_new_id_is_created_by_its_first_occurrence_and_replayed_after
 
 
 def test_an_invalid_first_occurrence_leaves_the_decision_to_the_first_valid_one(client, engine):
-    body = cluster_body(region="eu-central-1")
+    body = internal_cluster_body(region="eu-central-1")
     items = [dict(body, storage_gb=5), dict(body, name="valid"), body, dict(body, region="us-east-1")]
 
     results = post_batch(client, CLUSTERS_BATCH, items)
@@ -149,9 +149,9 @@ def test_an_invalid_first_occurrence_leaves_the_decision_to_the_first_valid_one(
 
 
 def test_a_repeated_existing_or_tombstoned_id_answers_the_same_each_time(client):
-    existing = cluster_body()
+    existing = internal_cluster_body()
     created(client, existing)
-    tombstoned = deleted(client, cluster_body())
+    tombstoned = deleted(client, internal_cluster_body())
     conflicting = dict(existing, region="ap-southeast-1")
 
     results = post_batch(client, CLUSTERS_BATCH, [tombstoned, conflicting, existing, tombstoned, existing, conflicting])
@@ -164,7 +164,7 @@ def test_a_repeated_existing_or_tombstoned_id_answers_the_same_each_time(client)
 
 def test_a_batch_of_1000_items_of_the_largest_bodies_fits_in_the_body_limit(client, engine):
     items = [
-        cluster_body(name="n" * 63, region="ap-southeast-1", plan="standard-2", storage_gb=4096, generation=2**31 - 1)
+        internal_cluster_body(name="n" * 63, region="ap-southeast-1", plan="standard-2", storage_gb=4096, generation=2**31 - 1)
         for _ in range(1000)
     ]
     assert len(json.dumps({"items": items})) < MAX_BODY_BYTES / 2
@@ -177,7 +177,7 @@ def test_a_batch_of_1000_items_of_the_largest_bodies_fits_in_the_body_limit(clie
 
 
 def test_more_than_1000_items_is_413_and_stores_nothing(client, engine):
-    items = [cluster_body() for _ in range(1001)]
+    items = [internal_cluster_body() for _ in range(1001)]
 
     response = client.post(CLUSTERS_BATCH, json={"items": items})
 
@@ -223,7 +223,7 @@ def test_invalid_json_is_400_and_a_non_json_body_is_415(client):
 # A fixed cluster ID: it is in the test's ID, which must be the same in every pytest-xdist worker.
 @pytest.mark.parametrize("url", [CLUSTERS_BATCH, rules_batch("3c3d8d4e-ee56-438d-93f2-6e4ece6ebec4")])
 def test_a_batch_without_the_token_is_401_and_stores_nothing(anon, engine, url):
-    body = rule_body() if "firewall" in url else cluster_body()
+    body = internal_rule_body() if "firewall" in url else internal_cluster_body()
 
     response = anon.post(url, json={"items": [body]})
 
@@ -249,22 +249,22 @@ def test_the_batch_routes_are_documented(client):
 
 def test_mixed_rules_answer_one_result_each_in_order(client, engine, cluster):
     url = rules_batch(cluster["id"])
-    existing = rule_body(cidr="10.1.0.0/16", description="old")
+    existing = internal_rule_body(cidr="10.1.0.0/16", description="old")
     assert client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=existing).status_code == 201
-    tombstoned = rule_body()
+    tombstoned = internal_rule_body()
     assert client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=tombstoned).status_code == 201
     assert client.delete(f"/v1/clusters/{cluster['id']}/firewall-rules/{tombstoned['id']}").status_code == 204
-    elsewhere = rule_body()
-    other = created(client, cluster_body())
+    elsewhere = internal_rule_body()
+    other = created(client, internal_cluster_body())
     assert client.post(f"/v1/clusters/{other['id']}/firewall-rules", json=elsewhere).status_code == 201
-    new = rule_body(cidr="2001:db8::/32")
+    new = internal_rule_body(cidr="2001:db8::/32")
     items = [
         new,
         dict(existing, description="new"),
         dict(existing, cidr="10.2.0.0/16"),
         tombstoned,
         elsewhere,
-        rule_body(cidr="10.0.0.1/8"),
+        internal_rule_body(cidr="10.0.0.1/8"),
         new,
     ]
 
@@ -283,7 +283,7 @@ def test_mixed_rules_answer_one_result_each_in_order(client, engine, cluster):
 
 
 def test_rules_under_a_cluster_that_never_existed_answer_404_each(client, engine):
-    items = [rule_body(), rule_body(cidr="bad")]
+    items = [internal_rule_body(), internal_rule_body(cidr="bad")]
 
     results = post_batch(client, rules_batch(uuid.uuid4()), items)
 
@@ -294,10 +294,10 @@ def test_rules_under_a_cluster_that_never_existed_answer_404_each(client, engine
 
 def test_rules_under_a_deleted_cluster_answer_410_each_and_stay_deleted(client, engine, cluster):
     url = rules_batch(cluster["id"])
-    old = rule_body()
+    old = internal_rule_body()
     assert statuses(post_batch(client, url, [old])) == [201]
     assert client.delete(f"/v1/clusters/{cluster['id']}").status_code == 204
-    new = [rule_body(), rule_body()]
+    new = [internal_rule_body(), internal_rule_body()]
 
     results = post_batch(client, url, [old, *new])
 
@@ -308,13 +308,13 @@ def test_rules_under_a_deleted_cluster_answer_410_each_and_stay_deleted(client, 
 
 
 def test_a_rule_batch_over_1000_items_is_413(client, cluster):
-    response = client.post(rules_batch(cluster["id"]), json={"items": [rule_body() for _ in range(1001)]})
+    response = client.post(rules_batch(cluster["id"]), json={"items": [internal_rule_body() for _ in range(1001)]})
 
     assert_problem(response, 413, "payload_too_large")
 
 
 def test_a_bad_cluster_id_in_a_rule_batch_path_is_422(client):
-    response = client.post("/v1/clusters/not-a-uuid/firewall-rules/batch", json={"items": [rule_body()]})
+    response = client.post("/v1/clusters/not-a-uuid/firewall-rules/batch", json={"items": [internal_rule_body()]})
 
     body = assert_problem(response, 422, "validation_error")
     assert body["errors"]["path"]

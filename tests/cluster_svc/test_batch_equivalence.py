@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooling.testing import db_row
-from tests.cluster_svc.conftest import TOKEN
+from tooling.pair import TOKEN
 
 SLOTS = 4
 PRESTATES = {

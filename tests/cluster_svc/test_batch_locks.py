@@ -20,7 +20,7 @@ from cluster_svc.models import RESOURCES
 from cluster_svc.schemas import route_schemas
 from shared.horizon import Horizon
 from shared.idempotent import CreateOutcome, create_or_return_many
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 ClusterCreate, FirewallRuleCreate = route_schemas(CLUSTER)["create"], route_schemas(FIREWALL_RULE)["create"]
@@ -48,16 +48,16 @@ def create_many(request, client):
         return lambda db_session, ids: create_or_return_many(
             db_session=db_session,
             resource=CLUSTER,
-            items=[ClusterCreate().load(cluster_body(id=str(i), team_id=team_id)) for i in ids],
+            items=[ClusterCreate().load(internal_cluster_body(id=str(i), team_id=team_id)) for i in ids],
             horizon=Horizon(),
         )
-    response = client.post("/v1/clusters", json=cluster_body())
+    response = client.post("/v1/clusters", json=internal_cluster_body())
     assert response.status_code == 201
     cluster_id = uuid.UUID(response.get_json()["id"])
     return lambda db_session, ids: create_or_return_many(
         db_session=db_session,
         resource=FIREWALL_RULE,
-        items=[{**FirewallRuleCreate().load(rule_body(id=str(i))), "cluster_id": cluster_id} for i in ids],
+        items=[{**FirewallRuleCreate().load(internal_rule_body(id=str(i))), "cluster_id": cluster_id} for i in ids],
         horizon=Horizon(),
     )
 

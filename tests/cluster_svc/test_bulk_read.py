@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tooling.testing import assert_problem
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 
 def id_range(count):
@@ -27,7 +27,7 @@ def test_clusters_with_include_deleted_lists_live_deleted_and_bare_tombstones_in
     before, (live, deleted, bare, last) = id_range(4)
     team_id = str(uuid.uuid4())
     for cluster_id in (live, deleted, last):
-        assert client.post("/v1/clusters", json=cluster_body(id=str(cluster_id), team_id=team_id)).status_code == 201
+        assert client.post("/v1/clusters", json=internal_cluster_body(id=str(cluster_id), team_id=team_id)).status_code == 201
     assert client.delete(f"/v1/clusters/{deleted}").status_code == 204
     assert client.delete(f"/v1/clusters/{bare}").status_code == 404  # never created: a bare tombstone
 
@@ -52,7 +52,7 @@ def test_clusters_with_include_deleted_page_by_id_across_tombstones(client):
         if n % 2:
             assert client.delete(f"/v1/clusters/{cluster_id}").status_code == 404
         else:
-            assert client.post("/v1/clusters", json=cluster_body(id=str(cluster_id))).status_code == 201
+            assert client.post("/v1/clusters", json=internal_cluster_body(id=str(cluster_id))).status_code == 201
 
     pages, after = [], before
     while len(pages) < 3:
@@ -68,11 +68,11 @@ def test_clusters_with_include_deleted_page_by_id_across_tombstones(client):
 def test_firewall_rules_across_clusters_come_in_one_id_order_with_cluster_and_team(client):
     before, (first, second, third, fourth) = id_range(4)
     team_a, team_b = str(uuid.uuid4()), str(uuid.uuid4())
-    cluster_a = client.post("/v1/clusters", json=cluster_body(team_id=team_a)).get_json()["id"]
-    cluster_b = client.post("/v1/clusters", json=cluster_body(team_id=team_b)).get_json()["id"]
+    cluster_a = client.post("/v1/clusters", json=internal_cluster_body(team_id=team_a)).get_json()["id"]
+    cluster_b = client.post("/v1/clusters", json=internal_cluster_body(team_id=team_b)).get_json()["id"]
     for rule_id, cluster_id in ((first, cluster_b), (second, cluster_a), (fourth, cluster_b)):
         url = f"/v1/clusters/{cluster_id}/firewall-rules"
-        assert client.post(url, json=rule_body(id=str(rule_id), cidr="10.1.0.0/16")).status_code == 201
+        assert client.post(url, json=internal_rule_body(id=str(rule_id), cidr="10.1.0.0/16")).status_code == 201
     assert client.delete(f"/v1/clusters/{cluster_a}/firewall-rules/{third}").status_code == 404  # bare tombstone
     assert client.delete(f"/v1/clusters/{cluster_b}").status_code == 204  # its rules go with it
 
@@ -100,7 +100,7 @@ def test_firewall_rules_page_with_limit_and_after(client, cluster):
     before, ids = id_range(3)
     for rule_id in ids:
         url = f"/v1/clusters/{cluster['id']}/firewall-rules"
-        assert client.post(url, json=rule_body(id=str(rule_id))).status_code == 201
+        assert client.post(url, json=internal_rule_body(id=str(rule_id))).status_code == 201
 
     first = listed(client, f"/v1/firewall-rules?include_deleted=true&limit=2&after={before}")
     second = listed(client, f"/v1/firewall-rules?include_deleted=true&limit=1&after={first['next_after']}")

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from tooling.testing import assert_problem, db_row
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 FIELDS = (
     "id", "team_id", "name", "region", "postgres_version", "plan", "storage_gb",
@@ -25,7 +25,7 @@ def update_body(generation, **overrides):
 
 
 def test_create_answers_201_with_location_full_body_and_stores_the_row(client, engine):
-    sent = cluster_body()
+    sent = internal_cluster_body()
 
     response = client.post("/v1/clusters", json=sent)
 
@@ -47,7 +47,7 @@ def test_create_answers_201_with_location_full_body_and_stores_the_row(client, e
 
 
 def test_create_keeps_a_caller_given_generation(client, engine):
-    sent = cluster_body(generation=4)
+    sent = internal_cluster_body(generation=4)
 
     response = client.post("/v1/clusters", json=sent)
 
@@ -57,7 +57,7 @@ def test_create_keeps_a_caller_given_generation(client, engine):
 
 
 def test_location_of_a_create_serves_the_cluster(client):
-    response = client.post("/v1/clusters", json=cluster_body())
+    response = client.post("/v1/clusters", json=internal_cluster_body())
 
     fetched = client.get(response.headers["Location"])
 
@@ -66,7 +66,7 @@ def test_location_of_a_create_serves_the_cluster(client):
 
 
 def test_replay_answers_200_replayed_with_the_same_object(client, engine, cluster):
-    replay = client.post("/v1/clusters", json=cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
+    replay = client.post("/v1/clusters", json=internal_cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
 
     assert replay.status_code == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -79,7 +79,7 @@ def test_replay_answers_the_current_state_not_the_first_response(client, cluster
     updated = client.put(f"/v1/clusters/{cluster['id']}", json=update_body(2))
     assert updated.status_code == 200
 
-    replay = client.post("/v1/clusters", json=cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
+    replay = client.post("/v1/clusters", json=internal_cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
 
     assert replay.status_code == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -101,7 +101,7 @@ def test_replay_answers_the_current_state_not_the_first_response(client, cluster
 def test_replay_with_different_mutable_fields_answers_the_stored_state(client, engine, cluster, changes):
     before = db_row(engine, "clusters", cluster["id"])
 
-    replay = client.post("/v1/clusters", json=cluster_body(id=cluster["id"], team_id=cluster["team_id"], **changes))
+    replay = client.post("/v1/clusters", json=internal_cluster_body(id=cluster["id"], team_id=cluster["team_id"], **changes))
 
     assert replay.status_code == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -122,7 +122,7 @@ def test_replay_with_different_mutable_fields_answers_the_stored_state(client, e
 )
 def test_replay_with_different_immutable_fields_is_an_id_conflict(client, engine, cluster, changes):
     before = db_row(engine, "clusters", cluster["id"])
-    sent = cluster_body(**{"id": cluster["id"], "team_id": cluster["team_id"], **changes})
+    sent = internal_cluster_body(**{"id": cluster["id"], "team_id": cluster["team_id"], **changes})
 
     response = client.post("/v1/clusters", json=sent)
 
@@ -142,7 +142,7 @@ def test_create_of_a_deleted_id_is_gone_and_never_resurrects_it(client, engine, 
     assert client.delete(f"/v1/clusters/{cluster['id']}").status_code == 204
     tombstone = db_row(engine, "clusters", cluster["id"])
 
-    response = client.post("/v1/clusters", json=cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
+    response = client.post("/v1/clusters", json=internal_cluster_body(id=cluster["id"], team_id=cluster["team_id"]))
 
     assert_problem(response, 410, "gone")
     assert db_row(engine, "clusters", cluster["id"]) == tombstone
@@ -181,7 +181,7 @@ def create_team(client, count):
     team_id = str(uuid.uuid4())
     ids = []
     for _ in range(count):
-        response = client.post("/v1/clusters", json=cluster_body(team_id=team_id))
+        response = client.post("/v1/clusters", json=internal_cluster_body(team_id=team_id))
         assert response.status_code == 201
         ids.append(response.get_json()["id"])
     return team_id, sorted(ids, key=uuid.UUID)
@@ -352,7 +352,7 @@ def test_a_create_delayed_behind_a_delete_of_its_id_is_gone(client, engine):
     never_seen = uuid.uuid4()
     assert client.delete(f"/v1/clusters/{never_seen}").status_code == 404
 
-    late_create = client.post("/v1/clusters", json=cluster_body(id=str(never_seen)))
+    late_create = client.post("/v1/clusters", json=internal_cluster_body(id=str(never_seen)))
 
     assert_problem(late_create, 410, "gone")
     row = db_row(engine, "clusters", never_seen)
@@ -363,7 +363,7 @@ def test_a_create_delayed_behind_a_delete_of_its_id_is_gone(client, engine):
 
 def test_deleting_a_cluster_makes_its_firewall_rules_gone(client, engine, cluster):
     base = f"/v1/clusters/{cluster['id']}/firewall-rules"
-    rules = [client.post(base, json=rule_body(cidr=cidr)).get_json() for cidr in ("10.0.0.0/8", "192.168.0.0/16")]
+    rules = [client.post(base, json=internal_rule_body(cidr=cidr)).get_json() for cidr in ("10.0.0.0/8", "192.168.0.0/16")]
 
     assert client.delete(f"/v1/clusters/{cluster['id']}").status_code == 204
 
@@ -375,8 +375,8 @@ def test_deleting_a_cluster_makes_its_firewall_rules_gone(client, engine, cluste
 
 
 def test_deleting_a_cluster_leaves_other_clusters_rules_alone(client, engine, cluster):
-    other = client.post("/v1/clusters", json=cluster_body()).get_json()
-    kept = client.post(f"/v1/clusters/{other['id']}/firewall-rules", json=rule_body()).get_json()
+    other = client.post("/v1/clusters", json=internal_cluster_body()).get_json()
+    kept = client.post(f"/v1/clusters/{other['id']}/firewall-rules", json=internal_rule_body()).get_json()
 
     assert client.delete(f"/v1/clusters/{cluster['id']}").status_code == 204
 

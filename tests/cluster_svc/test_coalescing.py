@@ -11,9 +11,7 @@ back, the gate's flush ends and the next flush holds all of them.
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,8 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
 from tests.cluster_svc.test_batch_equivalence import PARENTS, PRESTATES, SLOTS, World
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 VARIANTS = ("same", "mutable", "immutable", "invalid")
 WORLDS = 2  # independent starting states (a rule world each under its own cluster): one flush holds both
@@ -37,13 +37,6 @@ def post(app, url: str, body: dict):
     client = app.test_client()
     client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
     return client.post(url, json=body)
-
-
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.002)
 
 
 def lock_waiters(engine) -> list[int]:
@@ -73,7 +66,10 @@ class Gate:
         waiting = len(lock_waiters(engine))
         self.answer = pool.submit(post, app, url, body)
         try:
-            wait_until(lambda: len(lock_waiters(engine)) > waiting, "the gate's create waiting on the lock")
+            wait_for(
+                lambda: len(lock_waiters(engine)) > waiting,
+                what="the gate's create waiting on the lock", timeout=10, poll=0.002,
+            )
         except BaseException:
             self.release()
             raise
@@ -89,13 +85,13 @@ class Gate:
 
 
 def cluster_gate(app, engine, pool) -> Gate:
-    return Gate(app, engine, pool, "/v1/clusters", cluster_body(),
+    return Gate(app, engine, pool, "/v1/clusters", internal_cluster_body(),
                 "INSERT INTO clusters (id, deleted_at) VALUES (CAST(:id AS uuid), now())")
 
 
 def rule_gate(app, engine, pool) -> Gate:
-    cluster = post(app, "/v1/clusters", cluster_body()).get_json()
-    return Gate(app, engine, pool, f"/v1/clusters/{cluster['id']}/firewall-rules", rule_body(),
+    cluster = post(app, "/v1/clusters", internal_cluster_body()).get_json()
+    return Gate(app, engine, pool, f"/v1/clusters/{cluster['id']}/firewall-rules", internal_rule_body(),
                 "INSERT INTO firewall_rules (id, cluster_id, deleted_at)"
                 f" VALUES (CAST(:id AS uuid), '{cluster['id']}', now())")
 
@@ -155,7 +151,10 @@ def test_concurrent_creates_answer_what_they_would_one_at_a_time_in_commit_order
                 flushes, items = creates.flushes, creates.items
                 futures = [pool.submit(post, app, flushed[world].single_url, body)
                            for (world, _, _), body in zip(requests, bodies)]
-                wait_until(lambda: len(creates._queue) == valid, "every valid create queued behind the gate")
+                wait_for(
+                    lambda: len(creates._queue) == valid,
+                    what="every valid create queued behind the gate", timeout=10, poll=0.002,
+                )
                 queued = [waiter.item for waiter in creates._queue]
                 assert gate.open() == 201
             finally:
@@ -194,9 +193,9 @@ def test_a_database_error_in_a_flush_gives_503_to_that_flushs_creates_only(app, 
     behind the second. Only the second flush's creates answer 503 (with Retry-After),
     and they stored nothing; sent again, they are created."""
     creates = creates_of(app, "cluster")
-    held = cluster_body()
-    second = [cluster_body(), cluster_body(), held]
-    third = [cluster_body(), cluster_body()]
+    held = internal_cluster_body()
+    second = [internal_cluster_body(), internal_cluster_body(), held]
+    third = [internal_cluster_body(), internal_cluster_body()]
     with ThreadPoolExecutor(8) as pool:
         # Released before the pool waits for its threads, also when an assertion fails here:
         # else the threads wait on its lock and the pool on them, for ever.
@@ -209,13 +208,22 @@ def test_a_database_error_in_a_flush_gives_503_to_that_flushs_creates_only(app, 
             blocker_pid = second_blocker.execute(text("SELECT pg_backend_pid()")).scalar_one()
             gate = cluster_gate(app, engine, pool)
             in_second = [pool.submit(post, app, "/v1/clusters", body) for body in second]
-            wait_until(lambda: len(creates._queue) == len(second), "the second flush's creates queued")
+            wait_for(
+                lambda: len(creates._queue) == len(second),
+                what="the second flush's creates queued", timeout=10, poll=0.002,
+            )
             assert gate.open() == 201
             # The second flush's backend: the one waiting on the second blocker's lock (it may be
             # the pooled connection the gate's flush used, so it is found by what it waits on).
-            wait_until(lambda: blocked_by(engine, blocker_pid), "the second flush waiting on its lock")
+            wait_for(
+                lambda: blocked_by(engine, blocker_pid),
+                what="the second flush waiting on its lock", timeout=10, poll=0.002,
+            )
             in_third = [pool.submit(post, app, "/v1/clusters", body) for body in third]
-            wait_until(lambda: len(creates._queue) == len(third), "the third flush's creates queued")
+            wait_for(
+                lambda: len(creates._queue) == len(third),
+                what="the third flush's creates queued", timeout=10, poll=0.002,
+            )
             [flusher] = blocked_by(engine, blocker_pid)
             with engine.connect() as conn:
                 assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": flusher}).scalar()

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from tooling.testing import assert_problem, db_row
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 FIELDS = ("id", "cluster_id", "cidr", "description", "generation", "created_at", "updated_at", "deleted_at")
 
@@ -22,7 +22,7 @@ def rule_url(cluster_id, rule_id):
 
 
 def new_cluster(client):
-    response = client.post("/v1/clusters", json=cluster_body())
+    response = client.post("/v1/clusters", json=internal_cluster_body())
     assert response.status_code == 201
     return response.get_json()
 
@@ -31,7 +31,7 @@ def new_cluster(client):
 
 
 def test_create_answers_201_with_location_full_body_and_stores_the_row(client, engine, cluster):
-    sent = rule_body(cidr="192.168.0.0/16", description="vpn")
+    sent = internal_rule_body(cidr="192.168.0.0/16", description="vpn")
 
     response = client.post(rules_url(cluster["id"]), json=sent)
 
@@ -50,7 +50,7 @@ def test_create_answers_201_with_location_full_body_and_stores_the_row(client, e
 
 
 def test_description_defaults_to_empty(client, cluster):
-    sent = rule_body()
+    sent = internal_rule_body()
     del sent["description"]
 
     response = client.post(rules_url(cluster["id"]), json=sent)
@@ -60,7 +60,7 @@ def test_description_defaults_to_empty(client, cluster):
 
 
 def test_location_of_a_create_serves_the_rule(client, cluster):
-    response = client.post(rules_url(cluster["id"]), json=rule_body())
+    response = client.post(rules_url(cluster["id"]), json=internal_rule_body())
 
     fetched = client.get(response.headers["Location"])
 
@@ -72,7 +72,7 @@ def test_replay_answers_200_replayed_with_the_current_state(client, engine, clus
     updated = client.put(rule_url(cluster["id"], rule["id"]), json={"generation": 2, "description": "changed"})
     assert updated.status_code == 200
 
-    replay = client.post(rules_url(cluster["id"]), json=rule_body(id=rule["id"]))
+    replay = client.post(rules_url(cluster["id"]), json=internal_rule_body(id=rule["id"]))
 
     assert replay.status_code == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -84,7 +84,7 @@ def test_replay_answers_200_replayed_with_the_current_state(client, engine, clus
 def test_replay_with_another_description_answers_the_stored_state(client, engine, cluster, rule):
     before = db_row(engine, "firewall_rules", rule["id"])
 
-    replay = client.post(rules_url(cluster["id"]), json=rule_body(id=rule["id"], description="something else"))
+    replay = client.post(rules_url(cluster["id"]), json=internal_rule_body(id=rule["id"], description="something else"))
 
     assert replay.status_code == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -95,7 +95,7 @@ def test_replay_with_another_description_answers_the_stored_state(client, engine
 def test_replay_with_another_cidr_is_an_id_conflict(client, engine, cluster, rule):
     before = db_row(engine, "firewall_rules", rule["id"])
 
-    response = client.post(rules_url(cluster["id"]), json=rule_body(id=rule["id"], cidr="192.168.0.0/16"))
+    response = client.post(rules_url(cluster["id"]), json=internal_rule_body(id=rule["id"], cidr="192.168.0.0/16"))
 
     body = assert_problem(response, 409, "id_conflict")
     assert body["conflicts"] == [{"field": "cidr", "stored": "10.0.0.0/8", "sent": "192.168.0.0/16"}]
@@ -106,7 +106,7 @@ def test_same_rule_id_under_another_cluster_is_an_id_conflict(client, engine, cl
     other = new_cluster(client)
     before = db_row(engine, "firewall_rules", rule["id"])
 
-    response = client.post(rules_url(other["id"]), json=rule_body(id=rule["id"]))
+    response = client.post(rules_url(other["id"]), json=internal_rule_body(id=rule["id"]))
 
     body = assert_problem(response, 409, "id_conflict")
     assert body["conflicts"] == [{"field": "cluster_id", "stored": cluster["id"], "sent": other["id"]}]
@@ -118,7 +118,7 @@ def test_create_of_a_deleted_rule_is_gone_and_never_resurrects_it(client, engine
     assert client.delete(rule_url(cluster["id"], rule["id"])).status_code == 204
     tombstone = db_row(engine, "firewall_rules", rule["id"])
 
-    response = client.post(rules_url(cluster["id"]), json=rule_body(id=rule["id"]))
+    response = client.post(rules_url(cluster["id"]), json=internal_rule_body(id=rule["id"]))
 
     assert_problem(response, 410, "gone")
     assert db_row(engine, "firewall_rules", rule["id"]) == tombstone
@@ -126,7 +126,7 @@ def test_create_of_a_deleted_rule_is_gone_and_never_resurrects_it(client, engine
 
 
 def test_create_under_a_missing_cluster_is_404_and_stores_nothing(client, engine):
-    sent = rule_body()
+    sent = internal_rule_body()
 
     assert_problem(client.post(rules_url(uuid.uuid4()), json=sent), 404, "not_found")
     assert db_row(engine, "firewall_rules", sent["id"]) is None
@@ -134,7 +134,7 @@ def test_create_under_a_missing_cluster_is_404_and_stores_nothing(client, engine
 
 def test_create_under_a_deleted_cluster_is_410_and_stores_nothing(client, engine, cluster):
     assert client.delete(f"/v1/clusters/{cluster['id']}").status_code == 204
-    sent = rule_body()
+    sent = internal_rule_body()
 
     assert_problem(client.post(rules_url(cluster["id"]), json=sent), 410, "gone")
     assert db_row(engine, "firewall_rules", sent["id"]) is None
@@ -143,7 +143,7 @@ def test_create_under_a_deleted_cluster_is_410_and_stores_nothing(client, engine
 def test_create_under_a_cluster_tombstoned_before_it_was_seen_is_410(client, engine):
     never_seen = uuid.uuid4()
     assert client.delete(f"/v1/clusters/{never_seen}").status_code == 404
-    sent = rule_body()
+    sent = internal_rule_body()
 
     assert_problem(client.post(rules_url(never_seen), json=sent), 410, "gone")
     assert db_row(engine, "firewall_rules", sent["id"]) is None
@@ -165,7 +165,7 @@ def test_create_under_a_cluster_tombstoned_before_it_was_seen_is_410(client, eng
     ],
 )
 def test_cidr_is_stored_and_answered_in_canonical_form(client, engine, cluster, sent, canonical):
-    body = rule_body(cidr=sent)
+    body = internal_rule_body(cidr=sent)
 
     response = client.post(rules_url(cluster["id"]), json=body)
 
@@ -179,7 +179,7 @@ def test_cidr_is_stored_and_answered_in_canonical_form(client, engine, cluster, 
     ["10.0.0.0/8", "2001:db8::/48", "2001:DB8::/48", "::ffff:10.0.0.0/104", "::ffff:1.2.3.0/120", "::1.2.3.0/120"],
 )
 def test_replay_with_the_same_cidr_text_is_not_a_conflict(client, engine, cluster, cidr):
-    sent = rule_body(cidr=cidr)
+    sent = internal_rule_body(cidr=cidr)
     created = client.post(rules_url(cluster["id"]), json=sent)
     assert created.status_code == 201
 
@@ -196,7 +196,7 @@ def test_replay_with_the_same_cidr_text_is_not_a_conflict(client, engine, cluste
     [("10.0.0.1/24", "10.0.0.0/24"), ("192.168.1.77/16", "192.168.0.0/16"), ("2001:db8::1/64", "2001:db8::/64")],
 )
 def test_cidr_with_host_bits_set_is_422_suggesting_the_network(client, engine, cluster, sent, network):
-    body = rule_body(cidr=sent)
+    body = internal_rule_body(cidr=sent)
 
     response = client.post(rules_url(cluster["id"]), json=body)
 
@@ -250,12 +250,12 @@ def test_get_of_an_unknown_rule_under_a_deleted_cluster_is_410(client, cluster):
 
 def test_list_answers_live_rules_of_that_cluster_in_id_order(client, cluster):
     ids = sorted(
-        (client.post(rules_url(cluster["id"]), json=rule_body()).get_json()["id"] for _ in range(4)), key=uuid.UUID
+        (client.post(rules_url(cluster["id"]), json=internal_rule_body()).get_json()["id"] for _ in range(4)), key=uuid.UUID
     )
     assert client.delete(rule_url(cluster["id"], ids[2])).status_code == 204
     assert client.delete(rule_url(cluster["id"], uuid.uuid4())).status_code == 404  # a bare tombstone
     other = new_cluster(client)
-    assert client.post(rules_url(other["id"]), json=rule_body()).status_code == 201
+    assert client.post(rules_url(other["id"]), json=internal_rule_body()).status_code == 201
 
     response = client.get(rules_url(cluster["id"]))
 
@@ -268,7 +268,7 @@ def test_list_answers_live_rules_of_that_cluster_in_id_order(client, cluster):
 
 def test_list_pages_with_limit_and_after(client, cluster):
     ids = sorted(
-        (client.post(rules_url(cluster["id"]), json=rule_body()).get_json()["id"] for _ in range(3)), key=uuid.UUID
+        (client.post(rules_url(cluster["id"]), json=internal_rule_body()).get_json()["id"] for _ in range(3)), key=uuid.UUID
     )
 
     first = client.get(f"{rules_url(cluster['id'])}?limit=2").get_json()
@@ -371,7 +371,7 @@ def test_delete_of_a_never_seen_rule_is_404_and_a_late_create_is_gone(client, en
     row = db_row(engine, "firewall_rules", never_seen)
     assert row["deleted_at"] is not None and str(row["cluster_id"]) == cluster["id"]
 
-    late_create = client.post(rules_url(cluster["id"]), json=rule_body(id=str(never_seen)))
+    late_create = client.post(rules_url(cluster["id"]), json=internal_rule_body(id=str(never_seen)))
     assert_problem(late_create, 410, "gone")
     assert_problem(client.delete(rule_url(cluster["id"], never_seen)), 410, "gone")
 

@@ -16,7 +16,8 @@ from sqlalchemy import text
 
 from cluster_svc import Settings, create_app
 from shared.horizon import Horizon
-from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
 from tooling.testing import StatementCounter, assert_reads_through, db_row, uuid7_ago
 
 DAY = 86400
@@ -37,7 +38,7 @@ def old_times(cluster_db_url):
 
 def old_cluster(old_times, **overrides):
     """A live cluster whose ID is 31 days old, created back when it was young."""
-    body = cluster_body(id=str(uuid7_ago(OLD)), **overrides)
+    body = internal_cluster_body(id=str(uuid7_ago(OLD)), **overrides)
     response = old_times.post("/v1/clusters", json=body)
     assert response.status_code == 201, response.get_json()
     return body
@@ -68,7 +69,7 @@ def test_the_app_horizon_is_thirty_days_by_default(app):
 
 
 def test_a_create_of_an_expired_id_answers_410_id_expired_stores_nothing_and_is_counted(client, engine):
-    body = cluster_body(id=str(uuid7_ago(OLD)))
+    body = internal_cluster_body(id=str(uuid7_ago(OLD)))
     before = counted(client, "idempotent_creates_total", resource="cluster", outcome="expired")
 
     expired_answer(client.post("/v1/clusters", json=body))
@@ -81,12 +82,12 @@ def test_a_create_of_an_expired_id_never_runs_the_insert(client, engine):
     assert client.get("/v1/clusters?limit=1").status_code == 200  # the pool warmed up
     counter = StatementCounter(engine)
     with counter.counting() as statements:
-        expired_answer(client.post("/v1/clusters", json=cluster_body(id=str(uuid7_ago(OLD)))))
+        expired_answer(client.post("/v1/clusters", json=internal_cluster_body(id=str(uuid7_ago(OLD)))))
     assert [statement.split(None, 1)[0].upper() for statement in statements] == ["SELECT"], statements
 
 
 def test_a_firewall_rule_create_of_an_expired_id_answers_410_id_expired(client, engine, cluster):
-    body = rule_body(id=str(uuid7_ago(OLD)))
+    body = internal_rule_body(id=str(uuid7_ago(OLD)))
     expired_answer(client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=body))
     assert db_row(engine, "firewall_rules", body["id"]) is None
 
@@ -110,17 +111,17 @@ def test_a_delete_of_an_expired_firewall_rule_id_records_no_tombstone(client, en
 def test_the_children_of_an_expired_parent_with_no_row_answer_410_id_expired(client):
     parent = uuid7_ago(OLD)
     rules = f"/v1/clusters/{parent}/firewall-rules"
-    expired_answer(client.post(rules, json=rule_body()))  # the rule's own ID is fresh
+    expired_answer(client.post(rules, json=internal_rule_body()))  # the rule's own ID is fresh
     expired_answer(client.get(rules))
     expired_answer(client.get(f"{rules}/{uuid.uuid4()}"))
     expired_answer(client.delete(f"{rules}/{uuid.uuid4()}"))
-    batch = client.post(f"{rules}/batch", json={"items": [rule_body()]}).get_json()["results"]
+    batch = client.post(f"{rules}/batch", json={"items": [internal_rule_body()]}).get_json()["results"]
     assert [(item["status"], item["problem"]["code"]) for item in batch] == [(410, "id_expired")]
 
 
 def test_a_batch_answers_expired_items_in_their_place_and_stores_only_the_others(client, engine, old_times):
     existing = old_cluster(old_times)
-    expired, fresh = cluster_body(id=str(uuid7_ago(OLD))), cluster_body(id=str(uuid7_ago(0)))
+    expired, fresh = internal_cluster_body(id=str(uuid7_ago(OLD))), internal_cluster_body(id=str(uuid7_ago(0)))
     before = counted(client, "idempotent_creates_total", resource="cluster", outcome="expired")
 
     response = client.post("/v1/clusters/batch", json={"items": [expired, fresh, existing, expired]})
@@ -134,7 +135,7 @@ def test_a_batch_answers_expired_items_in_their_place_and_stores_only_the_others
 
 
 def test_a_batch_of_only_expired_ids_stores_nothing(client, engine):
-    items = [cluster_body(id=str(uuid7_ago(OLD + n))) for n in range(3)]
+    items = [internal_cluster_body(id=str(uuid7_ago(OLD + n))) for n in range(3)]
     results = client.post("/v1/clusters/batch", json={"items": items}).get_json()["results"]
     assert {(result["status"], result["problem"]["code"]) for result in results} == {(410, "id_expired")}
     assert all(db_row(engine, "clusters", item["id"]) is None for item in items)
@@ -143,12 +144,12 @@ def test_a_batch_of_only_expired_ids_stores_nothing(client, engine):
 def test_ids_of_other_versions_never_expire(client):
     born_in_2000 = uuid.UUID(fields=(0, 0, 0x1000 | 0x0FFF, 0x80, 0, 1))  # a v1 UUID carrying an old time
     assert born_in_2000.version == 1
-    assert client.post("/v1/clusters", json=cluster_body(id=str(born_in_2000))).status_code in (200, 201)
+    assert client.post("/v1/clusters", json=internal_cluster_body(id=str(born_in_2000))).status_code in (200, 201)
     assert client.delete(f"/v1/clusters/{born_in_2000}").status_code == 204
 
 
 def test_an_id_just_inside_the_horizon_is_created(client):
-    assert client.post("/v1/clusters", json=cluster_body(id=str(uuid7_ago(29 * DAY)))).status_code == 201
+    assert client.post("/v1/clusters", json=internal_cluster_body(id=str(uuid7_ago(29 * DAY)))).status_code == 201
 
 
 # -- rows that exist answer as before, whatever their age -----------------------------------
@@ -164,7 +165,7 @@ def test_an_old_live_object_replays_200_and_its_updates_and_delete_apply(client,
     assert client.get(path).status_code == 200
     updated = client.put(path, json={"generation": 2, "name": "renamed", "plan": "memory-8", "storage_gb": 20})
     assert (updated.status_code, updated.get_json()["name"]) == (200, "renamed")
-    assert client.post(f"{path}/firewall-rules", json=rule_body()).status_code == 201  # children under it too
+    assert client.post(f"{path}/firewall-rules", json=internal_rule_body()).status_code == 201  # children under it too
     assert client.delete(path).status_code == 204
 
     # Its tombstone answers as any tombstone: gone, never id_expired.
@@ -176,7 +177,7 @@ def test_an_old_tombstone_is_gone_not_expired_and_is_never_revived(client, engin
     object_id = uuid7_ago(OLD)
     assert old_times.delete(f"/v1/clusters/{object_id}").status_code == 404  # a bare tombstone, recorded long ago
 
-    response = client.post("/v1/clusters", json=cluster_body(id=str(object_id)))
+    response = client.post("/v1/clusters", json=internal_cluster_body(id=str(object_id)))
 
     assert (response.status_code, response.get_json()["code"]) == (410, "gone")
     assert db_row(engine, "clusters", object_id)["name"] is None
@@ -186,7 +187,7 @@ def test_an_old_tombstone_is_gone_not_expired_and_is_never_revived(client, engin
 
 
 def test_a_create_of_a_uuid7_from_the_future_answers_422_naming_the_id_and_stores_nothing(client, engine):
-    body = cluster_body(id=str(uuid7_ago(FUTURE)))
+    body = internal_cluster_body(id=str(uuid7_ago(FUTURE)))
     response = client.post("/v1/clusters", json=body)
     assert response.status_code == 422
     assert "future" in response.get_json()["errors"]["json"]["id"][0]
@@ -194,7 +195,7 @@ def test_a_create_of_a_uuid7_from_the_future_answers_422_naming_the_id_and_store
 
 
 def test_a_batch_answers_a_uuid7_from_the_future_422_in_its_place(client, engine):
-    future, fresh = cluster_body(id=str(uuid7_ago(FUTURE))), cluster_body()
+    future, fresh = internal_cluster_body(id=str(uuid7_ago(FUTURE))), internal_cluster_body()
     results = client.post("/v1/clusters/batch", json={"items": [future, fresh]}).get_json()["results"]
     assert [result["status"] for result in results] == [422, 201]
     assert results[0]["problem"]["code"] == "id_from_the_future"
@@ -211,11 +212,11 @@ def test_a_uuid7_from_the_future_in_a_path_answers_422_and_records_nothing(clien
 
 
 def test_a_uuid7_four_minutes_ahead_is_accepted(client):
-    assert client.post("/v1/clusters", json=cluster_body(id=str(uuid7_ago(-4 * 60)))).status_code == 201
+    assert client.post("/v1/clusters", json=internal_cluster_body(id=str(uuid7_ago(-4 * 60)))).status_code == 201
 
 
 def test_a_firewall_rule_of_a_parent_from_the_future_answers_422(client):
-    response = client.post(f"/v1/clusters/{uuid7_ago(FUTURE)}/firewall-rules", json=rule_body())
+    response = client.post(f"/v1/clusters/{uuid7_ago(FUTURE)}/firewall-rules", json=internal_rule_body())
     assert response.status_code == 422
 
 
@@ -237,7 +238,7 @@ def test_a_create_that_lands_after_a_purge_could_have_passed_its_id_is_not_commi
     born = 1_800_000_000.0
     ticks = iter([born + 999, born + 1000 + 60])  # checked just inside; landed past horizon + grace/2
     horizon = Horizon(1000, clock=lambda: next(ticks))
-    values = ClusterCreate().load(cluster_body(id=str(uuid7_ago(0))))
+    values = ClusterCreate().load(internal_cluster_body(id=str(uuid7_ago(0))))
     values["id"] = uuid.UUID(int=(int(born * 1000) << 80) | (values["id"].int & ((1 << 80) - 1)))
 
     with app.app_context(), pytest.raises(TryAgain):
@@ -252,7 +253,7 @@ def test_a_create_that_lands_after_a_purge_could_have_passed_its_id_is_not_commi
 
 def test_the_tombstone_gauges_count_tombstones_and_the_oldest_ones_age(client, engine):
     before = counted(client, "tombstones", resource="cluster")
-    deleted = cluster_body()
+    deleted = internal_cluster_body()
     assert client.post("/v1/clusters", json=deleted).status_code == 201
     assert client.delete(f"/v1/clusters/{deleted['id']}").status_code == 204
     with engine.begin() as conn:

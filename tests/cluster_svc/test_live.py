@@ -17,7 +17,8 @@ from sqlalchemy import text
 
 from shared.client import InternalClient, Outcome
 from tooling.testing import LiveServer, console_script, every_check, free_port, fuzzing_config
-from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -65,7 +66,7 @@ def all_at_once_each(live_url, calls):
 
 @pytest.mark.parametrize("attempt", range(3))  # a lost race shows up only sometimes; try a few IDs
 def test_concurrent_creates_of_one_id_make_one_cluster(live, engine, attempt):
-    body = cluster_body()
+    body = internal_cluster_body()
 
     responses = all_at_once(live.url, 48, lambda session: session.post(f"{live.url}/v1/clusters", json=body, timeout=30))
 
@@ -79,7 +80,7 @@ def test_concurrent_creates_of_one_id_make_one_cluster(live, engine, attempt):
 
 
 def test_concurrent_deletes_of_one_cluster_delete_it_once(live, engine):
-    created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(), headers=AUTH, timeout=10)
+    created = requests.post(f"{live.url}/v1/clusters", json=internal_cluster_body(), headers=AUTH, timeout=10)
     assert created.status_code == 201
     url = f"{live.url}/v1/clusters/{created.json()['id']}"
 
@@ -104,7 +105,7 @@ def live_rules(engine, cluster_id) -> int:
 
 
 def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, engine):
-    created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(), headers=AUTH, timeout=10)
+    created = requests.post(f"{live.url}/v1/clusters", json=internal_cluster_body(), headers=AUTH, timeout=10)
     assert created.status_code == 201
     cluster_url = f"{live.url}/v1/clusters/{created.json()['id']}"
 
@@ -112,7 +113,7 @@ def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, eng
         def run(session):
             if index == 0:
                 return session.delete(cluster_url, timeout=30)
-            return session.post(f"{cluster_url}/firewall-rules", json=rule_body(), timeout=30)
+            return session.post(f"{cluster_url}/firewall-rules", json=internal_rule_body(), timeout=30)
 
         return run
 
@@ -130,7 +131,7 @@ def test_rules_created_while_their_cluster_is_deleted_never_outlive_it(live, eng
 
 def test_concurrent_overlapping_batches_create_each_id_exactly_once(live, engine):
     ids = [str(uuid.uuid4()) for _ in range(100)]
-    bodies = {object_id: cluster_body(id=object_id) for object_id in ids}
+    bodies = {object_id: internal_cluster_body(id=object_id) for object_id in ids}
     # Each batch holds the same 100 IDs in its own order: without a fixed
     # insertion order, two batches would wait on each other's rows (a deadlock, a 500).
     orders = [random.Random(seed).sample(ids, len(ids)) for seed in range(48)]
@@ -157,10 +158,10 @@ def test_concurrent_overlapping_batches_create_each_id_exactly_once(live, engine
 
 
 def test_rule_batches_racing_their_clusters_delete_leave_no_rule_alive(live, engine):
-    created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(), headers=AUTH, timeout=10)
+    created = requests.post(f"{live.url}/v1/clusters", json=internal_cluster_body(), headers=AUTH, timeout=10)
     assert created.status_code == 201
     cluster_url = f"{live.url}/v1/clusters/{created.json()['id']}"
-    rules = [rule_body() for _ in range(40)]
+    rules = [internal_rule_body() for _ in range(40)]
 
     def call(index):
         def run(session):
@@ -181,13 +182,13 @@ def test_rule_batches_racing_their_clusters_delete_leave_no_rule_alive(live, eng
 
 
 def test_the_client_classifies_each_item_of_a_live_batch(live):
-    existing = cluster_body()
+    existing = internal_cluster_body()
     assert requests.post(f"{live.url}/v1/clusters", json=existing, headers=AUTH, timeout=10).status_code == 201
-    items = [cluster_body(), existing, dict(existing, region="us-east-1"), cluster_body(plan="x")]
+    items = [internal_cluster_body(), existing, dict(existing, region="us-east-1"), internal_cluster_body(plan="x")]
     client = InternalClient(live.url, TOKEN)
     try:
         answers = client.create_batch("/v1/clusters/batch", items)
-        rules = client.create_batch(f"/v1/clusters/{uuid.uuid4()}/firewall-rules/batch", [rule_body()])
+        rules = client.create_batch(f"/v1/clusters/{uuid.uuid4()}/firewall-rules/batch", [internal_rule_body()])
     finally:
         client.close()
 
@@ -325,7 +326,7 @@ def test_migrate_is_idempotent(cluster_db_url):
 def test_a_create_over_http_answers_location_and_the_object(live):
     cluster_id = str(uuid.uuid4())
 
-    created = requests.post(f"{live.url}/v1/clusters", json=cluster_body(id=cluster_id), headers=AUTH, timeout=10)
+    created = requests.post(f"{live.url}/v1/clusters", json=internal_cluster_body(id=cluster_id), headers=AUTH, timeout=10)
 
     assert created.status_code == 201
     assert created.headers["Location"].endswith(f"/v1/clusters/{cluster_id}")

@@ -23,7 +23,8 @@ from cluster_svc.tombstones import purgeable
 from shared.db import Database
 from shared.horizon import Horizon
 from shared.purge import Purger, deleted_window, remove
-from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
 from tooling.testing import assert_reads_through, console_script, db_row, uuid7_ago
 
 CLUSTER = RESOURCES["cluster"]
@@ -61,7 +62,7 @@ def made(client, path, body):
 
 
 def old_cluster(old_times):
-    return made(old_times, "/v1/clusters", cluster_body(id=str(uuid7_ago(OLD))))
+    return made(old_times, "/v1/clusters", internal_cluster_body(id=str(uuid7_ago(OLD))))
 
 
 def deleted(client, path):
@@ -74,11 +75,11 @@ def test_purge_removes_expired_tombstones_and_keeps_everything_else(client, old_
     deleted(client, f"/v1/clusters/{deleted_old}")
     bare_old = uuid7_ago(OLD)
     assert old_times.delete(f"/v1/clusters/{bare_old}").status_code == 404  # a bare tombstone
-    deleted_fresh = made(client, "/v1/clusters", cluster_body(id=str(uuid7_ago(0))))
+    deleted_fresh = made(client, "/v1/clusters", internal_cluster_body(id=str(uuid7_ago(0))))
     deleted(client, f"/v1/clusters/{deleted_fresh}")
-    deleted_v4 = made(client, "/v1/clusters", cluster_body())
+    deleted_v4 = made(client, "/v1/clusters", internal_cluster_body())
     deleted(client, f"/v1/clusters/{deleted_v4}")
-    just_expired = made(old_times, "/v1/clusters", cluster_body(id=str(uuid7_ago(30 * DAY + 60))))
+    just_expired = made(old_times, "/v1/clusters", internal_cluster_body(id=str(uuid7_ago(30 * DAY + 60))))
     deleted(client, f"/v1/clusters/{just_expired}")  # past the horizon, not yet past horizon + grace
 
     report = purger.run()
@@ -92,7 +93,7 @@ def test_purge_removes_expired_tombstones_and_keeps_everything_else(client, old_
     assert report.summary().startswith("purge: removed ")
     # Nothing can bring them back: a late create of a purged ID is refused, and stores nothing.
     for purged in (deleted_old, bare_old):
-        response = client.post("/v1/clusters", json=cluster_body(id=str(purged)))
+        response = client.post("/v1/clusters", json=internal_cluster_body(id=str(purged)))
         assert (response.status_code, response.get_json()["code"]) == (410, "id_expired")
         assert db_row(engine, "clusters", purged) is None
 
@@ -101,10 +102,10 @@ def test_children_go_before_their_parents_and_a_parent_stays_while_a_child_is_le
     client, old_times, engine, purger
 ):
     whole = old_cluster(old_times)
-    old_rule = made(old_times, f"/v1/clusters/{whole}/firewall-rules", rule_body(id=str(uuid7_ago(OLD))))
+    old_rule = made(old_times, f"/v1/clusters/{whole}/firewall-rules", internal_rule_body(id=str(uuid7_ago(OLD))))
     deleted(client, f"/v1/clusters/{whole}")  # its rule is a tombstone too
     held = old_cluster(old_times)
-    young_rule = made(client, f"/v1/clusters/{held}/firewall-rules", rule_body(id=str(uuid7_ago(0))))
+    young_rule = made(client, f"/v1/clusters/{held}/firewall-rules", internal_rule_body(id=str(uuid7_ago(0))))
     deleted(client, f"/v1/clusters/{held}")
 
     purger.run()
@@ -155,7 +156,7 @@ def test_a_delete_of_an_old_object_in_flight_during_a_purge_is_purged_by_the_nex
     """Purge racing the delete of an old object and the create of a fresh one, each
     held uncommitted across a whole pass: the pass waits on neither and touches neither."""
     old = old_cluster(old_times)
-    fresh = cluster_body(id=str(uuid7_ago(0)))
+    fresh = internal_cluster_body(id=str(uuid7_ago(0)))
     with engine.connect() as writes:
         writes.execute(text("UPDATE clusters SET deleted_at = now() WHERE id = :id"), {"id": old})
         writes.execute(
@@ -172,7 +173,7 @@ def test_a_delete_of_an_old_object_in_flight_during_a_purge_is_purged_by_the_nex
 
     assert db_row(engine, "clusters", old) is None
     assert db_row(engine, "clusters", fresh["id"])["deleted_at"] is None
-    assert client.post("/v1/clusters", json=cluster_body(id=str(old))).get_json()["code"] == "id_expired"
+    assert client.post("/v1/clusters", json=internal_cluster_body(id=str(old))).get_json()["code"] == "id_expired"
 
 
 def test_a_create_of_an_id_being_purged_does_not_wait_and_never_brings_it_back(client, old_times, engine, database):
@@ -180,7 +181,7 @@ def test_a_create_of_an_id_being_purged_does_not_wait_and_never_brings_it_back(c
     answers at once (gone: it still sees the tombstone), and after the commit, id_expired."""
     doomed = old_cluster(old_times)
     deleted(client, f"/v1/clusters/{doomed}")
-    body = cluster_body(id=str(doomed))
+    body = internal_cluster_body(id=str(doomed))
     cutoff = Horizon().purge_cutoff(database_now(engine))
     with database.begin() as purge:
         assert remove(db_session=purge, resource=CLUSTER, ids=[uuid.UUID(doomed)], cutoff=cutoff,
@@ -232,7 +233,7 @@ def test_the_command_prints_one_summary_line_and_exits_0(client, old_times, engi
 
 
 def test_the_command_reads_the_horizon_from_the_environment(client, engine, cluster_db_url):
-    recent = made(client, "/v1/clusters", cluster_body(id=str(uuid7_ago(3 * DAY))))
+    recent = made(client, "/v1/clusters", internal_cluster_body(id=str(uuid7_ago(3 * DAY))))
     deleted(client, f"/v1/clusters/{recent}")
     assert purge_command(cluster_db_url).returncode == 0
     assert db_row(engine, "clusters", recent) is not None  # 30 days by default
@@ -255,7 +256,7 @@ def test_every_runs_a_pass_per_interval_until_sigterm_then_exits_0(cluster_db_ur
             env={**os.environ, "CLUSTER_DATABASE_URL": cluster_db_url}, stdout=out, stderr=subprocess.STDOUT,
         )
     try:
-        from tests.e2e.conftest import wait_for
+        from tooling.testing import wait_for
 
         wait_for(lambda: log.read_text().count("purge: ") >= 3, timeout=60, what="three passes")
     finally:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tooling.testing import StatementCounter
-from tests.cluster_svc.conftest import cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def kinds(statements):
 
 def test_a_create_is_exactly_one_insert(client, counter):
     with counter.counting() as statements:
-        response = client.post("/v1/clusters", json=cluster_body())
+        response = client.post("/v1/clusters", json=internal_cluster_body())
 
     assert response.status_code == 201
     assert kinds(statements) == ["INSERT"], statements
@@ -39,7 +39,7 @@ def test_a_create_is_exactly_one_insert(client, counter):
 
 
 def test_a_replay_is_the_insert_then_one_select(client, counter):
-    body = cluster_body()
+    body = internal_cluster_body()
     assert client.post("/v1/clusters", json=body).status_code == 201
 
     with counter.counting() as statements:
@@ -52,7 +52,7 @@ def test_a_replay_is_the_insert_then_one_select(client, counter):
 
 def test_a_firewall_rule_create_is_exactly_one_guarded_insert(client, counter, cluster):
     with counter.counting() as statements:
-        response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body())
+        response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=internal_rule_body())
 
     assert response.status_code == 201
     assert kinds(statements) == ["INSERT"], statements
@@ -60,7 +60,7 @@ def test_a_firewall_rule_create_is_exactly_one_guarded_insert(client, counter, c
 
 
 def test_a_firewall_rule_replay_is_the_insert_then_one_select(client, counter, cluster):
-    body = rule_body()
+    body = internal_rule_body()
     url = f"/v1/clusters/{cluster['id']}/firewall-rules"
     assert client.post(url, json=body).status_code == 201
 
@@ -78,7 +78,7 @@ BATCH = 50
 
 def test_a_batch_of_new_clusters_is_exactly_one_insert(client, counter):
     with counter.counting() as statements:
-        response = client.post("/v1/clusters/batch", json={"items": [cluster_body() for _ in range(BATCH)]})
+        response = client.post("/v1/clusters/batch", json={"items": [internal_cluster_body() for _ in range(BATCH)]})
 
     assert response.status_code == 200
     assert [result["status"] for result in response.get_json()["results"]] == [201] * BATCH
@@ -87,9 +87,9 @@ def test_a_batch_of_new_clusters_is_exactly_one_insert(client, counter):
 
 
 def test_a_batch_with_existing_clusters_adds_exactly_one_select(client, counter):
-    existing = [cluster_body() for _ in range(BATCH)]
+    existing = [internal_cluster_body() for _ in range(BATCH)]
     assert client.post("/v1/clusters/batch", json={"items": existing}).status_code == 200
-    items = [*existing, *[cluster_body() for _ in range(BATCH)], existing[0]]
+    items = [*existing, *[internal_cluster_body() for _ in range(BATCH)], existing[0]]
 
     with counter.counting() as statements:
         response = client.post("/v1/clusters/batch", json={"items": items})
@@ -102,7 +102,7 @@ def test_a_batch_of_new_firewall_rules_is_exactly_one_guarded_insert(client, cou
     url = f"/v1/clusters/{cluster['id']}/firewall-rules/batch"
 
     with counter.counting() as statements:
-        response = client.post(url, json={"items": [rule_body() for _ in range(BATCH)]})
+        response = client.post(url, json={"items": [internal_rule_body() for _ in range(BATCH)]})
 
     assert [result["status"] for result in response.get_json()["results"]] == [201] * BATCH
     assert kinds(statements) == ["INSERT"], statements
@@ -111,25 +111,25 @@ def test_a_batch_of_new_firewall_rules_is_exactly_one_guarded_insert(client, cou
 
 def test_a_batch_with_existing_firewall_rules_adds_exactly_one_select(client, counter, cluster):
     url = f"/v1/clusters/{cluster['id']}/firewall-rules/batch"
-    existing = [rule_body() for _ in range(BATCH)]
+    existing = [internal_rule_body() for _ in range(BATCH)]
     assert client.post(url, json={"items": existing}).status_code == 200
 
     with counter.counting() as statements:
-        response = client.post(url, json={"items": [*existing, rule_body()]})
+        response = client.post(url, json={"items": [*existing, internal_rule_body()]})
 
     assert [result["status"] for result in response.get_json()["results"]] == [200] * BATCH + [201]
     assert kinds(statements) == ["INSERT", "SELECT"], statements
 
 
 def test_a_batch_of_one_is_the_single_create(client, counter):
-    body = cluster_body()
+    body = internal_cluster_body()
 
     with counter.counting() as batch_new:
         client.post("/v1/clusters/batch", json={"items": [body]})
     with counter.counting() as batch_replay:
         client.post("/v1/clusters/batch", json={"items": [body]})
     with counter.counting() as single_new:
-        client.post("/v1/clusters", json=cluster_body())
+        client.post("/v1/clusters", json=internal_cluster_body())
     with counter.counting() as single_replay:
         client.post("/v1/clusters", json=body)
 
@@ -139,7 +139,7 @@ def test_a_batch_of_one_is_the_single_create(client, counter):
 
 def test_a_batch_of_only_invalid_items_sends_no_statement(client, counter):
     with counter.counting() as statements:
-        response = client.post("/v1/clusters/batch", json={"items": [cluster_body(plan="x")] * 3})
+        response = client.post("/v1/clusters/batch", json={"items": [internal_cluster_body(plan="x")] * 3})
 
     assert response.status_code == 200
     assert statements == []

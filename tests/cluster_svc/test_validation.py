@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from tooling.testing import assert_problem, db_row
-from tests.cluster_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.pair import TOKEN
 
 NIL = "00000000-0000-0000-0000-000000000000"
 SOME = "3f1c2a7e-9b4d-4c1a-8e2f-5a6b7c8d9e0f"  # a valid UUID nobody uses
@@ -32,9 +33,9 @@ ROUTES = [
 def valid_body(kind):
     return {
         None: None,
-        "cluster": cluster_body(),
+        "cluster": internal_cluster_body(),
         "cluster_update": {"generation": 2, "name": "a", "plan": "hobby-0", "storage_gb": 10},
-        "rule": rule_body(),
+        "rule": internal_rule_body(),
         "rule_update": {"generation": 2, "description": "x"},
     }[kind]
 
@@ -129,7 +130,7 @@ MISSING = object()
     ],
 )
 def test_invalid_cluster_field_is_422_naming_it(client, engine, field, value):
-    body = cluster_body()
+    body = internal_cluster_body()
     if value is MISSING:
         del body[field]
     else:
@@ -145,7 +146,7 @@ def test_invalid_cluster_field_is_422_naming_it(client, engine, field, value):
 
 
 def test_missing_id_is_422(client):
-    body = cluster_body()
+    body = internal_cluster_body()
     del body["id"]
 
     problem = assert_problem(client.post("/v1/clusters", json=body), 422, "validation_error")
@@ -163,7 +164,7 @@ def test_empty_object_names_every_required_field(client):
 
 @pytest.mark.parametrize("field", ["colour", "deleted_at", "created_at", "Name"])
 def test_unknown_cluster_field_is_422_naming_it(client, engine, field):
-    body = cluster_body(**{field: "x"})
+    body = internal_cluster_body(**{field: "x"})
 
     problem = assert_problem(client.post("/v1/clusters", json=body), 422, "validation_error")
 
@@ -177,7 +178,7 @@ def test_unknown_cluster_field_is_422_naming_it(client, engine, field):
      ("name", "a"), ("name", "a" * 63), ("name", "0-9-a-z"), ("generation", 2**31 - 1)],
 )
 def test_boundary_values_are_accepted(client, engine, field, value):
-    body = cluster_body(**{field: value})
+    body = internal_cluster_body(**{field: value})
 
     response = client.post("/v1/clusters", json=body)
 
@@ -188,12 +189,12 @@ def test_boundary_values_are_accepted(client, engine, field, value):
 
 @pytest.mark.parametrize("region", ["us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1"])
 def test_every_region_is_accepted(client, region):
-    assert client.post("/v1/clusters", json=cluster_body(region=region)).status_code == 201
+    assert client.post("/v1/clusters", json=internal_cluster_body(region=region)).status_code == 201
 
 
 @pytest.mark.parametrize("plan", ["hobby-0", "standard-2", "standard-4", "memory-8"])
 def test_every_plan_is_accepted(client, plan):
-    assert client.post("/v1/clusters", json=cluster_body(plan=plan)).status_code == 201
+    assert client.post("/v1/clusters", json=internal_cluster_body(plan=plan)).status_code == 201
 
 
 # --- cluster update bodies ------------------------------------------------
@@ -261,7 +262,7 @@ def test_invalid_cluster_update_is_422_and_changes_nothing(client, engine, clust
     ],
 )
 def test_invalid_rule_field_is_422_naming_it(client, engine, cluster, field, value):
-    body = rule_body()
+    body = internal_rule_body()
     if value is MISSING:
         del body[field]
     else:
@@ -279,14 +280,14 @@ def test_invalid_rule_field_is_422_naming_it(client, engine, cluster, field, val
 
 
 def test_nul_in_description_says_so(client, cluster):
-    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body(description="a\x00b"))
+    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=internal_rule_body(description="a\x00b"))
 
     problem = assert_problem(response, 422, "validation_error")
     assert "NUL" in problem["errors"]["json"]["description"][0]
 
 
 def test_description_of_255_characters_is_accepted(client, cluster):
-    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=rule_body(description="\u00e9" * 255))
+    response = client.post(f"/v1/clusters/{cluster['id']}/firewall-rules", json=internal_rule_body(description="\u00e9" * 255))
 
     assert response.status_code == 201
     assert response.get_json()["description"] == "\u00e9" * 255
@@ -409,8 +410,8 @@ def test_body_that_is_not_sent_as_json_is_415(client, engine, route, content_typ
 
 
 def test_json_with_a_charset_or_a_json_suffix_is_accepted(client):
-    first = cluster_body()
-    second = cluster_body()
+    first = internal_cluster_body()
+    second = internal_cluster_body()
 
     ok = client.post("/v1/clusters", data=json.dumps(first), content_type="application/json; charset=utf-8")
     suffixed = client.post("/v1/clusters", data=json.dumps(second), content_type="application/vnd.cluster+json")

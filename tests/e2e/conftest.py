@@ -18,35 +18,10 @@ says which.
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
-from tooling.pair import TOKEN, Pair, start_pair  # noqa: F401 (TOKEN: for the tests)
-
-
-def cluster_body(**overrides):
-    body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
-    body.update(overrides)
-    return body
-
-
-def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> object:
-    """Poll ``condition`` until it returns something truthy (and return that); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
-
-
-def with_account(pair: Pair, request) -> Pair:
-    """``pair`` calling as (and checking) a new account named after the test."""
-    pair.use_account(pair.account(f"e2e {request.node.name}"[:100], cli=False))
-    return pair
+from tests.helpers import with_account
+from tooling.pair import Pair, start_pair
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from shared.api import MAX_BODY_BYTES
 from shared.client import encode
-from tests.e2e.conftest import cluster_body
+from tests.helpers import cluster_body
 
 RULES = 400
 HELD_ALREADY = 18  # created downstream before the reconciler runs: answered 200 in the batch

@@ -27,7 +27,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import TOKEN, cluster_body, wait_for, with_account
+from tests.helpers import cluster_body, with_account
+from tooling.pair import TOKEN
+from tooling.testing import wait_for
 from tooling.fakeclock import FakeClock
 from tooling.pair import start_pair
 from tooling.testing import uuid7_ago

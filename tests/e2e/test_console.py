@@ -35,7 +35,9 @@ from selenium.webdriver.common.by import By
 from sqlalchemy import text
 
 from platform_svc.console.auth import create_operator
-from tests.e2e.conftest import cluster_body, start_pair, wait_for
+from tests.helpers import cluster_body
+from tooling.pair import start_pair
+from tooling.testing import wait_for
 from tooling.packages import find, package_of
 
 CLUSTERS = "/v1/clusters"

@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from tests.e2e.conftest import TOKEN, cluster_body, start_pair
+from tests.helpers import cluster_body
+from tooling.pair import TOKEN, start_pair
 from tooling.compare import compared
 from tests.e2e.metrics_helpers import scrape, value
 

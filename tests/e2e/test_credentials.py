@@ -17,7 +17,9 @@ import requests
 from sqlalchemy import text
 
 from platform_svc.client import PlatformClient
-from tests.e2e.conftest import TOKEN, cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 NEW_TOKEN = "rotated-internal-token"
 REFUSED = re.compile(r"access: \S+ \S+ 401 ")  # an access line of a request answered 401

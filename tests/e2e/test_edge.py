@@ -17,7 +17,8 @@ import uuid
 import pytest
 import requests
 
-from tests.e2e.conftest import cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.testing import wait_for
 from tooling.pair import TOKEN
 
 

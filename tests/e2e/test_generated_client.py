@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.conftest import TOKEN
+from tooling.pair import TOKEN
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
 

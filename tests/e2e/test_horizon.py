@@ -18,7 +18,8 @@ import uuid6
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.horizon import Horizon, uuid7_millis
-from tests.e2e.conftest import cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.testing import wait_for
 from tooling.testing import uuid7_ago
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 
-from tests.e2e.conftest import cluster_body
+from tests.helpers import cluster_body
 
 
 def raw_post(pair, path: str, body: dict, *key_lines: str) -> tuple[int, dict]:

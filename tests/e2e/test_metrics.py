@@ -17,7 +17,9 @@ import requests
 from sqlalchemy import text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from tests.e2e.conftest import TOKEN, cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.pair import TOKEN
+from tooling.testing import wait_for
 from tests.e2e.metrics_helpers import scrape, series, value
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
 

@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from tests.e2e.conftest import cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.testing import wait_for
 from tooling.faultproxy import FaultProxy
 from tooling.testing import console_script, free_port, fresh_database
 

@@ -18,7 +18,8 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tests.e2e.conftest import cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.testing import wait_for
 from tooling import embedded_pg
 from tooling.testing import own_postgres
 

@@ -16,7 +16,9 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.conftest import TOKEN, cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.pair import TOKEN
+from tooling.testing import wait_for
 from tooling.testing import console_script, free_port, installed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ from sqlalchemy import text
 from platform_svc.operations.repair import read_page, requeue
 from platform_svc.models import RESOURCES
 from shared.db import Database
-from tests.e2e.conftest import cluster_body, wait_for
+from tests.helpers import cluster_body
+from tooling.testing import wait_for
 from tooling.testing import console_script
 
 CLUSTER = RESOURCES["cluster"]

@@ -15,7 +15,8 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tests.e2e.conftest import TOKEN, Pair, cluster_body, start_pair, with_account
+from tests.helpers import cluster_body, with_account
+from tooling.pair import TOKEN, Pair, start_pair
 
 REQUIRED = {"ts", "level", "service", "msg"}
 REQUEST_FIELDS = {"request_id", "method", "route", "status", "duration_ms"}

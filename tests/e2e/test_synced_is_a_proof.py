@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from tests.e2e.conftest import cluster_body, start_pair
+from tests.helpers import cluster_body
+from tooling.pair import start_pair
 from tests.e2e.test_content_repair import created, downstream, repair
 
 CLUSTERS = "/v1/clusters"

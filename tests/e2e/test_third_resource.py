@@ -18,7 +18,8 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from cluster_svc.client import ClusterClient
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from platform_svc.client import ProblemError
-from tests.e2e.conftest import Pair, cluster_body, with_account
+from tests.helpers import cluster_body, with_account
+from tooling.pair import Pair
 from tooling.testing import ROOT, fresh_database, uuid7_ago
 
 NOTES_ENV = {"RESOURCE_MODULES": "tests.e2e.notes", "PYTHONPATH": str(ROOT)}

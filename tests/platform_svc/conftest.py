@@ -6,23 +6,20 @@ can read both sides with SQL.
 """
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from sqlalchemy import create_engine
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app
-from platform_svc.api import services
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
+from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account, rule_body
+from tooling.pair import TOKEN
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
 
-TOKEN = "platform-tests-internal-token"
 # The tests' accounts send requests back to back, faster than the default limit
 # (100 a second) allows: they get a limit no test reaches, and the tests of the
 # limit give their accounts one of their own (tests/platform_svc/test_rate_limit.py).
-UNREACHED_RATE_LIMIT = 1_000_000
 
 
 @pytest.fixture(scope="session")
@@ -103,18 +100,6 @@ def platform_database(platform_db_url):
     database.dispose()
 
 
-def make_account(database, name="acme"):
-    """A new account through the service layer; returns ``(account_id, api_key)``."""
-    with database.begin() as db_session:
-        return services.create_account(db_session=db_session, name=name)
-
-
-def authed_client(app, api_key):
-    client = app.test_client()
-    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
-    return client
-
-
 @pytest.fixture
 def account(platform_database):
     return make_account(platform_database, "account-a")
@@ -141,18 +126,6 @@ def offline_client(unreachable_app, account):
     return authed_client(unreachable_app, account[1])
 
 
-def cluster_body(**overrides):
-    body = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
-    body.update(overrides)
-    return body
-
-
-def rule_body(**overrides):
-    body = {"cidr": "10.0.0.0/8", "description": "office"}
-    body.update(overrides)
-    return body
-
-
 @pytest.fixture
 def cluster(client):
     """A cluster of account A, created and pushed down."""
@@ -169,10 +142,6 @@ def rule(client, cluster):
     assert response.status_code == 201, response.get_data(as_text=True)
     assert response.get_json()["sync_state"] == "synced"
     return response.get_json()
-
-
-def is_uuid7(value):
-    return uuid.UUID(value).version == 7
 
 
 @pytest.fixture

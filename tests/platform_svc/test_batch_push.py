@@ -18,7 +18,8 @@ from shared.client import InternalClient
 from shared.transport import ClientPolicy
 from tooling.faultproxy import FaultProxy
 from tooling.testing import StatementCounter, db_row
-from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body
+from tooling.pair import TOKEN
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import text
 
-from tests.platform_svc.conftest import authed_client, cluster_body
+from tests.helpers import authed_client, cluster_body
 from tooling.testing import db_row
 
 CREATES = 8

@@ -16,8 +16,9 @@ from platform_svc.cli import main
 from platform_svc.console import reads
 from platform_svc.console.auth import create_operator
 from platform_svc.models import RESOURCES
-from tests.e2e.conftest import wait_for
-from tests.platform_svc.conftest import TOKEN, cluster_body
+from tooling.testing import wait_for
+from tests.helpers import cluster_body
+from tooling.pair import TOKEN
 
 PAGES = ["/console/", "/console/rows", "/console/repair", "/console/rows?state=failed"]
 FORMS = ["/console/retry", "/console/repair", "/console/logout"]

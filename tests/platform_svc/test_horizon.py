@@ -19,7 +19,7 @@ from platform_svc.operations.purge import purger
 from platform_svc.reconciler.controller import reconcile_once
 from platform_svc.operations.repair import judge
 from shared.horizon import Horizon
-from tests.platform_svc.conftest import cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body
 from tooling.testing import console_script, uuid7_ago
 
 DAY = 86400

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from tooling.testing import assert_problem
-from tests.platform_svc.conftest import authed_client, cluster_body, rule_body
+from tests.helpers import authed_client, cluster_body, rule_body
 
 
 def rows_with_key(engine, table, account_id, key):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tooling.testing import assert_problem, db_row
-from tests.platform_svc.conftest import cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body
 
 
 def test_another_account_cannot_see_or_touch_a_cluster(client, other_client, cluster, downstream_engine):

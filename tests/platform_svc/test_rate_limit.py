@@ -13,12 +13,7 @@ import uuid
 from sqlalchemy import text
 
 from platform_svc.api import auth
-from tests.platform_svc.conftest import (
-    UNREACHED_RATE_LIMIT,
-    authed_client,
-    cluster_body,
-    make_account,
-)
+from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
 from tooling.testing import assert_problem
 
 

@@ -26,7 +26,8 @@ from platform_svc.push.pusher import Pusher
 from shared.client import Answer, InternalClient, Outcome
 from shared.transport import ClientPolicy
 from tooling.testing import assert_problem, db_row
-from tests.platform_svc.conftest import TOKEN, cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body
+from tooling.pair import TOKEN
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 

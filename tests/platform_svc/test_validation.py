@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import text
 
 from tooling.testing import assert_problem
-from tests.platform_svc.conftest import cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body
 
 
 def count_rows(engine, table, account_id):

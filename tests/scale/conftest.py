@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import requests
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tests.e2e.conftest import wait_for
+from tooling.testing import wait_for
 from tooling import pgbouncer
 from tooling.pair import Pair
 from tooling.testing import fresh_database
@@ -104,15 +103,3 @@ def scale_pair(databases, tmp_path, request):
     yield start
     for pair in started:
         pair.stop()
-
-
-def leader_gauge(port: int) -> float | None:
-    """A reconciler's ``sync_repair_leader``, scraped from its metrics port (None: no answer)."""
-    try:
-        body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    except requests.RequestException:
-        return None
-    for line in body.splitlines():
-        if line.startswith("sync_repair_leader "):
-            return float(line.split()[1])
-    raise AssertionError("sync_repair_leader is not exported")

@@ -126,3 +126,15 @@ class Load:
     def first_success_after(self, moment: float) -> float:
         """Seconds from ``moment`` to the first 2xx answer to a create sent after it."""
         return min(a.answered for a in self.acknowledged_after(moment)) - moment
+
+
+def leader_gauge(port: int) -> float | None:
+    """A reconciler's ``sync_repair_leader``, scraped from its metrics port (None: no answer)."""
+    try:
+        body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except requests.RequestException:
+        return None
+    for line in body.splitlines():
+        if line.startswith("sync_repair_leader "):
+            return float(line.split()[1])
+    raise AssertionError("sync_repair_leader is not exported")

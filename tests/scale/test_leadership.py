@@ -14,8 +14,8 @@ import os
 import signal
 import time
 
-from tests.e2e.conftest import wait_for
-from tests.scale.conftest import leader_gauge
+from tooling.testing import wait_for
+from tests.scale.load import leader_gauge
 from tooling.testing import free_port
 
 LEASE = 3.0  # seconds: short, so a crashed leader's lease runs out quickly

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.conftest import cluster_body
+from tests.helpers import cluster_body
 
 BURST = 16  # creates at once: more than a worker's pool, so every pooled connection is in use
 

@@ -23,7 +23,7 @@ import requests
 
 from tooling.testing import free_port, fresh_database
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What a user's shell has; none of the project's settings.
 SETTINGS = ("PLATFORM_DATABASE_URL", "CLUSTER_DATABASE_URL", "CLUSTER_SVC_URL", "INTERNAL_TOKEN")
 MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")

@@ -15,7 +15,7 @@ import pytest
 
 from tooling import packages
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

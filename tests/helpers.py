@@ -1,0 +1,59 @@
+"""The helpers every test package imports (fixtures stay in the conftest modules): bodies of
+each API, and what the unit tests of platform_svc call it with. Waiting for a condition is
+:func:`tooling.testing.wait_for`, which the tooling uses too."""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+# What every public body holds unless a test says otherwise; cluster_svc's add the caller's IDs.
+PUBLIC_CLUSTER = {"name": "main-db", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2",
+                  "storage_gb": 100}
+PUBLIC_RULE = {"cidr": "10.0.0.0/8", "description": "office"}
+
+UNREACHED_RATE_LIMIT = 1_000_000  # an account's limit no test reaches
+
+
+def cluster_body(**overrides: Any) -> dict[str, Any]:
+    """platform_svc's public create body of a cluster."""
+    return {**PUBLIC_CLUSTER, **overrides}
+
+
+def rule_body(**overrides: Any) -> dict[str, Any]:
+    """platform_svc's public create body of a firewall rule."""
+    return {**PUBLIC_RULE, **overrides}
+
+
+def internal_cluster_body(**overrides: Any) -> dict[str, Any]:
+    """cluster_svc's create body of a cluster: the caller's ID and team, new each time."""
+    return {"id": str(uuid.uuid4()), "team_id": str(uuid.uuid4()), **PUBLIC_CLUSTER, **overrides}
+
+
+def internal_rule_body(**overrides: Any) -> dict[str, Any]:
+    """cluster_svc's create body of a firewall rule, with a new ID."""
+    return {"id": str(uuid.uuid4()), **PUBLIC_RULE, **overrides}
+
+
+def is_uuid7(value: str) -> bool:
+    return uuid.UUID(value).version == 7
+
+
+def make_account(database: Any, name: str = "acme") -> tuple[uuid.UUID, str]:
+    """A new account through platform_svc's service layer; returns ``(account_id, api_key)``."""
+    from platform_svc.api import services
+
+    with database.begin() as db_session:
+        return services.create_account(db_session=db_session, name=name)
+
+
+def authed_client(app: Any, api_key: str) -> Any:
+    """A Flask test client of ``app`` presenting ``api_key``."""
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    return client
+
+
+def with_account(pair: Any, request: Any) -> Any:
+    """``pair`` (:class:`tooling.pair.Pair`) calling as (and checking) a new account named after the test."""
+    pair.use_account(pair.account(f"e2e {request.node.name}"[:100], cli=False))
+    return pair
