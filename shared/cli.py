@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from alembic import command
-from alembic.config import Config
 from gunicorn.app.base import BaseApplication
 
 from shared.config import MULTIPROC_DIR, ConfigError, database_url
@@ -272,7 +270,13 @@ def _worker_exited(server: Any, worker: Any) -> None:
 
 
 def migrate(migrations: Path, url: str) -> None:
-    """Bring a service's database to its newest Alembic revision."""
+    """Bring a service's database to its newest Alembic revision.
+
+    Alembic is imported here, not with the module: every other command (each service's
+    ``serve``, the reconciler, the CLI) starts without it (about 80 ms a process).
+    """
+    from alembic import command
+
     command.upgrade(alembic_config(migrations, url), "head")
 
 
@@ -289,7 +293,10 @@ def run_migrations_online(metadata: Any) -> None:
     engine.dispose()
 
 
-def alembic_config(migrations: Path, url: str) -> Config:
+def alembic_config(migrations: Path, url: str) -> Any:
+    """Alembic's ``Config`` for ``migrations`` on ``url``."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations))
     # ConfigParser interpolation would read a '%' in a password as syntax.

@@ -23,8 +23,9 @@ def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> 
         pytest.fail("make is not installed (Debian's make package)", pytrace=False)
     for name in ("Makefile", "setup.cfg", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for stamp in installed:  # made after the inputs, so up to date
-        (tmp_path / ".venv").mkdir(exist_ok=True)
+    for stamp in installed:  # made after the inputs, so up to date, in a virtualenv that exists
+        (tmp_path / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
+        (tmp_path / ".venv" / "bin" / "python").touch()
         (tmp_path / ".venv" / stamp).touch()
     environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
     result = subprocess.run(
@@ -43,10 +44,11 @@ def test_make_run_installs_the_runtime_and_its_runners_but_not_the_test_extras(t
     assert commands.rstrip().endswith(".venv/bin/python -m tooling.devrun")
 
 
-def test_make_test_installs_the_test_extras_on_a_fresh_clone(tmp_path):
+def test_make_test_installs_everything_it_needs_with_one_pip_run_on_a_fresh_clone(tmp_path):
     commands = planned("test", tmp_path)
 
-    assert commands.index("-e '.[dev]'") < commands.index("-e '.[test]'") < commands.index("-m pytest")
+    assert commands.index("-m venv .venv") < commands.index("-e '.[test]'") < commands.index("-m pytest")
+    assert commands.count("pip install") == 1 and "[dev]" not in commands  # the test extras hold the dev ones
 
 
 def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
@@ -78,3 +80,16 @@ def test_ci_runs_exactly_the_readmes_test_commands_and_stops_at_a_failure():
     commands = [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
     assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test", "make test-scale"]
+
+
+def test_the_test_extras_hold_every_dev_extra_so_make_test_needs_one_pip_run():
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    extras = setup["options.extras_require"]
+
+    def requirements(name: str) -> set[str]:
+        return {line.strip() for line in extras[name].splitlines() if line.strip() and not line.strip().startswith("#")}
+
+    assert requirements("dev") <= requirements("test")
