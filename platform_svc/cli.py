@@ -13,9 +13,8 @@ from typing import Any
 import click
 
 from platform_svc import MAX_RATE_LIMIT, Settings, create_app
-from platform_svc.reconciler.manager import ReconcilerProcess
-from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.models import RESOURCES
+from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.operations.purge import purger
 from shared import config
 from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
@@ -88,6 +87,9 @@ def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callab
 )
 @fail_fast
 def reconcile(once: bool, **options: Any) -> None:
+    # Imported here: the other commands start without the reconciler's machinery.
+    from platform_svc.reconciler.manager import ReconcilerProcess
+
     # Every other option is a field of ReconcilerSettings, by the same name.
     process = ReconcilerProcess.from_options(**options)
     if once:

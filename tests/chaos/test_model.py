@@ -77,7 +77,7 @@ class Size:
 
 FIRST_BATCH = 3  # programs in the first batch, which sets the pace
 MAX_OUTAGES = 1  # per program: the costliest action (see ``outage``)
-SIZES = {"ci": Size(seconds=30, steps=25, horizon=6), "full": Size(seconds=600, steps=50, horizon=10)}
+SIZES = {"ci": Size(seconds=20, steps=25, horizon=6), "full": Size(seconds=600, steps=50, horizon=10)}
 SIZE = SIZES[scale_from_env().name]
 
 DECLARED = {CLUSTERS: CLUSTER, RULES: FIREWALL_RULE}
