@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import Connection, func, or_, select, update
@@ -31,6 +32,7 @@ LEASE_NAME = "periodic-passes"  # the lease row whose holder runs the periodic p
 LEASE_SECONDS = 15.0  # `reconcile --leader-lease`
 
 
+@dataclass(eq=False)
 class Leadership:
     """Which of several reconcilers runs the periodic passes (drift repair, purge): the one holding
     the ``periodic-passes`` row of the platform's ``leases`` table (docs/decisions/0011).
@@ -53,19 +55,15 @@ class Leadership:
     another takes over once the lease expires.
     """
 
-    def __init__(
-        self, database: Database, *, ttl: float = LEASE_SECONDS, name: str = LEASE_NAME,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """``clock``: this process's monotonic clock (a test's controllable one)."""
-        self.database = database
-        self.ttl = ttl
-        self.name = name
-        self.clock = clock
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._renewed: float | None = None  # self.clock() when the last successful take or renewal was sent
-        self._told: bool | None = None  # what was last logged: leading or not
-        self._lock = threading.Lock()
+    database: Database
+    _: KW_ONLY
+    ttl: float = LEASE_SECONDS
+    name: str = LEASE_NAME
+    clock: Callable[[], float] = time.monotonic  # this process's monotonic clock (a test's controllable one)
+    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}")
+    _renewed: float | None = field(default=None, init=False)  # clock() when the last successful take or renewal was sent
+    _told: bool | None = field(default=None, init=False)  # what was last logged: leading or not
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def holding(self) -> bool:
         """Whether this process holds the lease now, by its own clock (no database round trip)."""
