@@ -77,6 +77,8 @@ class IdConflict(Conflict):
 
 
 class Gone(HttpProblem):
+    """The object (or its parent) was deleted: its tombstone answers, and the ID is never used again."""
+
     status, code = 410, "gone"
 
 
@@ -96,6 +98,8 @@ class TryAgain(HttpProblem):
 
 
 class PayloadTooLarge(HttpProblem):
+    """A body past the service's limit, refused before it is read."""
+
     status, code = 413, "payload_too_large"
 
 
