@@ -17,6 +17,7 @@ from http import HTTPStatus
 from typing import Any
 
 from flask import Flask, Response, json, request
+from gunicorn.http.errors import ParseException
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
@@ -272,6 +273,14 @@ def database_unavailable_problem() -> Response:
     )
 
 
+def _malformed_framing(error: Exception) -> Response:
+    """gunicorn could not read the body's framing (a chunk size that is not hex, chunk data without
+    its CRLF, a body that ends early): the client's fault, so a 400, and one line naming the kind
+    of error, never its message, which quotes the bytes read (the body, a password in a form)."""
+    log.warning("400 %s: malformed body framing (%s)", _request_line(), type(error).__name__)
+    return problem(400, "bad_request", "The request's body framing (its chunked transfer coding) is malformed.")
+
+
 def _internal_error(error: BaseException) -> Response:
     # One record per 5xx naming the request; the traceback is kept for what is
     # genuinely unexpected (SQL parameters never appear: engines hide them).
@@ -283,4 +292,5 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(HttpProblem, problem_from)
     app.register_error_handler(HTTPException, problem_from_http)
     app.register_error_handler(sa_exc.SQLAlchemyError, _database_error)
+    app.register_error_handler(ParseException, _malformed_framing)
     app.register_error_handler(Exception, _internal_error)

@@ -30,6 +30,16 @@ HTML page. gunicorn has no hook for that page, so this worker replaces the
 function that writes it, once per worker process, keeping every error the
 services send in the one envelope.
 
+A request whose framing is malformed is answered 400 and logged by the kind of
+its error alone: gunicorn's messages quote the bytes it read, which for a
+chunked body are the body itself (a password in a login form), so they never
+reach a log (:func:`loggable`). A ``Transfer-Encoding`` other than ``chunked``
+alone (``gzip, chunked``, say) is refused with 400 before the app sees it:
+the services implement no other coding, and reading such a body as plain
+chunks would store what the client did not mean. RFC 9112 suggests 501; the
+services answer no client input with a 5xx, which a dashboard reads as their
+own failure.
+
 gunicorn joins a header field sent on several lines into one comma-separated
 value and forgets the lines; this worker also wraps the function that builds
 each request's environ, once per worker process, to record which fields came
@@ -46,6 +56,7 @@ from typing import Any, Self
 
 import gevent
 from gunicorn import glogging, util
+from gunicorn.http import errors as http_errors
 from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.workers.ggevent import GeventWorker
 from psycogreen.gevent import patch_psycopg
@@ -53,6 +64,35 @@ from psycogreen.gevent import patch_psycopg
 from shared.errors import HTTP_CODES, PROBLEM_JSON, TYPE_PREFIX
 from shared.repeated_headers import ENVIRON_KEY as REPEATED_HEADERS
 from shared.repeated_headers import names_repeated
+
+
+def transfer_codings(headers: list[tuple[str, str]]) -> list[str]:
+    """The request's transfer codings, in order, lower-case (every Transfer-Encoding line)."""
+    return [
+        coding.strip().lower()
+        for name, value in headers if name.upper() == "TRANSFER-ENCODING"
+        for coding in value.split(",") if coding.strip()
+    ]
+
+
+# gunicorn's parse errors whose message quotes the request line: kept as a bounded, escaped excerpt.
+REQUEST_LINE_ERRORS = (http_errors.InvalidRequestLine, http_errors.InvalidRequestMethod, http_errors.InvalidHTTPVersion)
+EXCERPT = 80
+
+
+def loggable(error: BaseException) -> BaseException:
+    """``error``, or for one of gunicorn's parse errors the same kind of error whose message names
+    its kind (and, for a bad request line, a bounded excerpt of it, escaped): gunicorn logs the
+    message and answers it as the problem's detail, and its own quotes what the client sent (a
+    chunked body's bytes, a header's value)."""
+    if not isinstance(error, http_errors.ParseException):
+        return error
+    kind = type(error)
+    text = kind.__name__
+    if isinstance(error, REQUEST_LINE_ERRORS):
+        text += f": {ascii(str(error))[:EXCERPT]}"
+    named = type(kind.__name__, (kind,), {"__str__": lambda self: text, "__module__": __name__})
+    return named.__new__(named)
 
 
 def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
@@ -190,6 +230,9 @@ class ProblemGeventWorker(GeventWorker):
             self._served.discard(gevent.getcurrent())
 
     def handle_request(self, listener_name, req, sock, addr) -> None:
+        codings = transfer_codings(req.headers)
+        if codings and codings != ["chunked"]:
+            raise http_errors.UnsupportedTransferCoding("only chunked is implemented")
         # Headers are in; the body (read by the app) gets the same time again.
         sock.set_deadline(self.cfg.keepalive)
         try:
@@ -197,6 +240,9 @@ class ProblemGeventWorker(GeventWorker):
         finally:
             sock.set_deadline(None)
             self._served.add(gevent.getcurrent())
+
+    def handle_error(self, req, client, addr, exc) -> None:
+        super().handle_error(req, client, addr, loggable(exc))
 
     def timeout_ctx(self) -> Any:
         """The wait for a request line and headers (gunicorn's, bounded by ``keepalive``).

@@ -35,6 +35,7 @@ from shared import config, request_id
 from shared.clock import ClockCollector, ClockWatch
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, database_unavailable_problem
+from shared.repeated_headers import came_repeated
 from shared.schemas import ProblemSchema
 
 access_log = logging.getLogger("access")
@@ -84,7 +85,9 @@ def register_observability(
     @app.before_request
     def start_request() -> None:
         g.request_started = time.perf_counter()
-        g.request_id_token = request_id.bind(request_id.accept_or_new(request.headers.get(request_id.HEADER)))
+        # Sent on two lines, the server joined them ("one,two"): not one ID, so replaced like any invalid one.
+        sent = None if came_repeated(request.environ, request_id.HEADER) else request.headers.get(request_id.HEADER)
+        g.request_id_token = request_id.bind(request_id.accept_or_new(sent))
 
     @app.after_request
     def finish_request(response: Response) -> Response:
