@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         __name__,
         title="platform_svc",
         database=database,
-        authenticate=functools.partial(auth.admit, authenticator),
+        authenticate=functools.partial(auth.admit, authenticator, auth.Strangers()),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT],

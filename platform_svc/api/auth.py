@@ -24,11 +24,12 @@ import math
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from flask import Response, g
+from flask import Response, g, request
 from sqlalchemy import Connection, bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Row
 
@@ -125,12 +126,6 @@ SELECT key.account_id, key.rate_limit, counted.used, counted.window_start,
 FROM key, counted
 """).bindparams(bindparam("key_id"), bindparam("key_hash"), bindparam("default_limit"))
 
-# A replay gives its request back to the window it was counted in (if that window is still the account's).
-GIVE_BACK = text(
-    "UPDATE rate_windows SET used = used - 1 WHERE account_id = :account_id AND window_start = :window_start AND used > 0"
-)
-
-
 @dataclass(frozen=True)
 class Admission:
     """A request let in: its account, and where the account stands in its window."""
@@ -145,15 +140,11 @@ class Admission:
     def remaining(self) -> int:
         return max(0, self.limit - self.used)
 
-    def headers(self, *, given_back: bool = False) -> dict[str, str]:
-        """The rate-limit fields of the IETF httpapi draft (RateLimit-Limit, -Remaining, -Reset, -Policy).
-
-        ``given_back``: this request was a replay and did not count.
-        """
-        remaining = min(self.limit, self.remaining + 1) if given_back else self.remaining
+    def headers(self) -> dict[str, str]:
+        """The rate-limit fields of the IETF httpapi draft (RateLimit-Limit, -Remaining, -Reset, -Policy)."""
         return {
             "RateLimit-Limit": str(self.limit),
-            "RateLimit-Remaining": str(remaining),
+            "RateLimit-Remaining": str(self.remaining),
             "RateLimit-Reset": str(self.reset_seconds),
             "RateLimit-Policy": f"{self.limit};w={WINDOW_SECONDS}",
         }
@@ -209,39 +200,78 @@ class Authenticator:
             )
         return admission
 
-    def give_back(self, admission: Admission) -> None:
-        """Uncount a request (an Idempotency-Key replay: the create it repeats was counted already)."""
-        with self.database.begin() as connection:
-            connection.execute(GIVE_BACK, {"account_id": admission.account_id, "window_start": admission.window_start})
-
 
 # The request hooks (platform_svc.create_app) -------------------------------------------
 
 
-def admit(authenticator: Authenticator, api_key: str) -> uuid.UUID | None:
-    """The bearer check's ``authenticate``: the key's account (``g.principal``), its admission kept
-    in ``g.admission`` for the answer's headers.
-
-    :raise TooManyRequests:
+class Strangers:
+    """Requests with a key that admits nothing (unknown, revoked, malformed), counted per source
+    address in this worker, at no database cost: each source has a bucket of ``burst`` such
+    requests, refilled at ``rate`` a second. Once it is empty, the source's requests with a key
+    this worker has not admitted are refused (429 with Retry-After) before the key is looked up,
+    so a flood of made-up keys costs the database at most ``rate`` lookups a second per source
+    and worker. A key this worker admitted goes on being looked up (a caller behind the same
+    address as a flood keeps working); one that stops admitting is forgotten.
     """
+
+    def __init__(
+        self, *, rate: float = 20.0, burst: float = 100.0, sources: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate, self.burst, self.sources, self.clock = rate, burst, sources, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (level, when)
+        self._admitted: OrderedDict[str, None] = OrderedDict()  # key ids this worker admitted (bounded)
+
+    def check(self, source: str, key_id: str) -> None:
+        """:raise TooManyRequests: ``source`` sent too many keys that admit nothing, and this is not one
+        this worker has admitted."""
+        if key_id in self._admitted or self._level(source) >= 1:
+            return
+        raise TooManyRequests(
+            "Too many requests from this address carried an API key that is not valid; try again later.",
+            headers={"Retry-After": str(math.ceil(1 / self.rate))},
+        )
+
+    def refused(self, source: str, key_id: str) -> None:
+        """A request from ``source`` whose key admitted nothing."""
+        self._admitted.pop(key_id, None)
+        self._buckets[source] = (self._level(source) - 1, self.clock())
+        self._buckets.move_to_end(source)
+        if len(self._buckets) > self.sources:
+            self._buckets.popitem(last=False)
+
+    def admitted(self, key_id: str) -> None:
+        self._admitted[key_id] = None
+        self._admitted.move_to_end(key_id)
+        if len(self._admitted) > self.sources:
+            self._admitted.popitem(last=False)
+
+    def _level(self, source: str) -> float:
+        level, when = self._buckets.get(source, (self.burst, self.clock()))
+        return min(self.burst, level + (self.clock() - when) * self.rate)
+
+
+def admit(authenticator: Authenticator, strangers: Strangers, api_key: str) -> uuid.UUID | None:
+    """The bearer check's ``authenticate``: the key's account (``g.principal``), its admission kept
+    in ``g.admission`` for the answer's headers. A key that admits nothing counts against its
+    source (:class:`Strangers`).
+
+    :raise TooManyRequests: the account's limit, or its source's of keys that admit nothing.
+    """
+    source, key_id = request.remote_addr or "-", api_key.partition(".")[0]
+    strangers.check(source, key_id)
     admission = authenticator(api_key)
     if admission is None:
+        strangers.refused(source, key_id)
         return None
+    strangers.admitted(key_id)
     g.admission = admission
     return admission.account_id
-
-
-def give_back(authenticator: Authenticator) -> None:
-    """This request was an Idempotency-Key replay: it does not count again."""
-    admission = g.get("admission")
-    if admission is not None and not g.get("given_back"):
-        authenticator.give_back(admission)
-        g.given_back = True
 
 
 def rate_limit_headers(response: Response) -> Response:
     """Every answer to a request let in says where its account stands (a 429 says it itself)."""
     admission = g.get("admission")
     if admission is not None:
-        response.headers.update(admission.headers(given_back=g.get("given_back", False)))
+        response.headers.update(admission.headers())
     return response

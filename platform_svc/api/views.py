@@ -11,7 +11,7 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.api import auth, services
+from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
 from platform_svc.states import SyncState
@@ -94,9 +94,7 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
                 db_session=db_session, resource=resource, values=values, idempotency_key=key, lease=lease,
                 horizon=horizon(), clock=current_app.extensions["clock"],
             )
-    if not created:
-        # The create this repeats was counted; the replay is not counted again.
-        auth.give_back(current_app.extensions["authenticator"])
+    if not created:  # counted like any request: it costs the server a read
         return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
     if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from sqlalchemy import text
 
 from platform_svc.api import auth
 from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
-from tooling.testing import assert_problem
+from tooling.testing import StatementCounter, assert_problem
 
 
 def db_second(engine) -> tuple[int, float]:
@@ -89,27 +90,25 @@ def test_a_refused_request_does_nothing(app, platform_database, platform_engine)
         assert list(stored) == ["first"]
 
 
-def test_an_idempotency_key_replay_does_not_count_twice(app, platform_database, platform_engine):
-    _, api_key = limited_account(platform_database, 2)
+def test_an_idempotency_key_replay_counts_like_the_read_it_is(app, platform_database, platform_engine):
+    _, api_key = limited_account(platform_database, 3)
     client = authed_client(app, api_key)
 
     def burst():
         key = str(uuid.uuid4())
         first = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
-        replays = [client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}) for _ in range(3)]
-        other = client.post("/v1/clusters", json=cluster_body(name="other"))
-        return first, replays, other
+        replays = [client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}) for _ in range(2)]
+        return first, replays
 
-    (first, replays, other), over = in_one_window(
-        platform_engine, burst, lambda: client.post("/v1/clusters", json=cluster_body(name="over"))
+    (first, replays), over = in_one_window(
+        platform_engine, burst,
+        lambda: client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": str(uuid.uuid4())}),
     )
 
-    assert first.status_code == 201 and first.headers["RateLimit-Remaining"] == "1"
-    for replay in replays:
-        assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
-        assert replay.headers["RateLimit-Remaining"] == "1"  # the replay was given back
-    assert other.status_code == 201 and other.headers["RateLimit-Remaining"] == "0"
-    assert over.status_code == 429
+    assert first.status_code == 201 and first.headers["RateLimit-Remaining"] == "2"
+    assert [(r.status_code, r.headers["Idempotent-Replayed"]) for r in replays] == [(200, "true")] * 2
+    assert [r.headers["RateLimit-Remaining"] for r in replays] == ["1", "0"]  # each counted
+    assert over.status_code == 429  # a flood of replays is refused like any other
 
 
 def test_accounts_are_limited_apart(app, platform_database, platform_engine):
@@ -202,3 +201,65 @@ def test_last_use_is_written_at_most_once_a_minute(app, platform_database, platf
                      {"a": account_id})
     client.get("/v1/clusters")
     assert last_used() > first
+
+
+# Keys that admit nothing, counted per source in the worker (auth.Strangers) ---------------
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_source_sending_keys_that_admit_nothing_is_refused_once_its_bucket_is_empty_and_refills():
+    clock = ManualClock()
+    strangers = auth.Strangers(rate=2.0, burst=3, clock=clock)
+    for _ in range(3):
+        strangers.check("192.0.2.1", "k1")
+        strangers.refused("192.0.2.1", "k1")
+
+    with pytest.raises(auth.TooManyRequests) as refused:
+        strangers.check("192.0.2.1", "k2")
+    assert refused.value.headers["Retry-After"] == "1"
+    strangers.check("192.0.2.2", "k2")  # another source: its own bucket
+    clock.now += 0.5  # a second at 2 a second refills one
+    strangers.check("192.0.2.1", "k2")
+
+
+def test_a_key_the_worker_admitted_is_still_looked_up_from_a_flooding_source_until_it_fails():
+    strangers = auth.Strangers(rate=1.0, burst=1, clock=ManualClock())
+    strangers.admitted("good")
+    strangers.refused("192.0.2.1", "junk")
+
+    strangers.check("192.0.2.1", "good")  # the caller behind the flood's address goes on working
+    with pytest.raises(auth.TooManyRequests):
+        strangers.check("192.0.2.1", "junk")
+    strangers.refused("192.0.2.1", "good")  # revoked since: forgotten
+    with pytest.raises(auth.TooManyRequests):
+        strangers.check("192.0.2.1", "good")
+
+
+def test_a_flood_of_unknown_keys_is_refused_before_the_database_and_a_valid_key_from_there_still_works(
+    app, platform_database, platform_engine
+):
+    _, api_key = make_account(platform_database, "behind the flood")
+    source = {"REMOTE_ADDR": "192.0.2.77"}  # a test-only address (TEST-NET-1): the flood's source
+    flooder = app.test_client()
+    valid = authed_client(app, api_key)
+    assert valid.get("/v1/clusters", environ_base=source).status_code == 200  # admitted once: known here
+
+    answers = [
+        flooder.get("/v1/clusters", headers={"Authorization": f"Bearer {uuid.uuid4().hex}.{uuid.uuid4().hex}"},
+                    environ_base=source).status_code
+        for _ in range(150)
+    ]
+    counter = StatementCounter(platform_database.engine)
+    with counter.counting() as statements:
+        late = flooder.get("/v1/clusters", headers={"Authorization": "Bearer 0123abcd.nothing"}, environ_base=source)
+
+    assert answers.count(401) >= 100 and answers[-1] == 429  # the bucket's burst, then refused
+    assert late.status_code == 429 and late.headers["Retry-After"] and statements == []
+    assert valid.get("/v1/clusters", environ_base=source).status_code == 200
