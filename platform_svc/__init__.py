@@ -54,12 +54,13 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
     authenticator = auth.Authenticator(database, settings.rate_limit)
+    strangers = auth.Strangers()  # this worker's count of keys that admit nothing, per source
 
     app, api = create_service_app(
         __name__,
         title="platform_svc",
         database=database,
-        authenticate=functools.partial(auth.admit, authenticator, auth.Strangers()),
+        authenticate=functools.partial(auth.admit, authenticator, strangers),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT],
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     )
     app.extensions["inline_lease"] = settings.inline_lease
     app.extensions["authenticator"] = authenticator
+    app.extensions["strangers"] = strangers
     app.after_request(auth.rate_limit_headers)
     api.register_blueprint(blueprint())
     console.register_console(

@@ -39,6 +39,7 @@ from platform_svc.client import PlatformClient
 from platform_svc.models import RESOURCES
 from shared.config import id_horizon_seconds
 from shared.horizon import Horizon
+from tooling.commands import Commands
 from tooling.compare import Comparison, compare
 from tooling.faultproxy import FaultProxy
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
@@ -236,6 +237,7 @@ class Pair:
         self.cluster_svc = self._cluster_service(free_port())
         self.proxy = FaultProxy(self.cluster_svc.url, delay=DELAY_BEYOND_INLINE_TIMEOUT) if proxy else None
         self.platform_svc: LiveServer | None = None
+        self.commands = Commands(workdir)
         # The test's own reads, on kept connections (a new one per read starts a server process:
         # a wait polling the rows 20 times a second took a fifth of a core). They must survive a restart
         # of either PostgreSQL: a kept connection is tested before each use, and replaced if dead.
@@ -362,24 +364,18 @@ class Pair:
         self.platform_svc = self._platform_service(self.platform_svc.port, env).start()
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-        """Run ``platform-svc ARGS`` to completion."""
-        return subprocess.run(
-            [console_script("platform-svc"), *args],
-            env={**os.environ, **self.platform_env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,  # the test reads the exit code
-        )
+        """Run ``platform-svc ARGS`` to completion, in a process of its own forked from one with the
+        commands imported (:mod:`tooling.commands`: what the installed script runs after its imports,
+        without half a second of CPU each); the test reads the exit code."""
+        return self.commands.run("platform-svc", *args, env={**os.environ, **self.platform_env, **(env or {})},
+                                 timeout=timeout)
 
     def cluster_cli(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess:
-        """Run ``cluster-svc ARGS`` to completion (``purge``, say)."""
-        return subprocess.run(
-            [console_script("cluster-svc"), *args], env={**os.environ, **self.cluster_env, **(env or {})},
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
+        """Run ``cluster-svc ARGS`` to completion (``purge``, say), as :meth:`cli` runs its commands."""
+        return self.commands.run("cluster-svc", *args, env={**os.environ, **self.cluster_env, **(env or {})},
+                                 timeout=timeout)
 
     @contextmanager
     def purging(self, every: float) -> Iterator[Path]:
