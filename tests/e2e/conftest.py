@@ -24,10 +24,12 @@ from tests.helpers import with_account
 from tooling.pair import Pair, start_pair
 
 
-@pytest.fixture(scope="module")
-def module_pair(pg_server_url, tmp_path_factory, request):
-    """One pair for the module's tests that only make and read rows of their own."""
-    pair = start_pair(pg_server_url, tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
+@pytest.fixture(scope="session")
+def module_pair(pg_server_url, tmp_path_factory):
+    """One pair for every test of this run's worker that only makes and reads rows of its own
+    (each starting a pair of its own cost the suite a pair's start-up, about 2.5 s of CPU, per
+    module); a module whose tests need another overrides it."""
+    pair = start_pair(pg_server_url, tmp_path_factory.mktemp("shared_pair"))
     try:
         yield pair
     finally:

@@ -166,7 +166,8 @@ def test_a_requeue_yields_to_a_change_made_since_the_row_was_read(pair):
     database = Database(pair.platform_db_url, pool_size=1)
     try:
         with database.begin() as db_session:
-            [row] = read_page(db_session=db_session, resource=CLUSTER, after=None, limit=10)
+            just_before = uuid.UUID(int=uuid.UUID(cluster_id).int - 1)  # the pair holds other tests' rows too
+            [row] = read_page(db_session=db_session, resource=CLUSTER, after=just_before, limit=1)
         changed(pair, "PATCH", f"/v1/clusters/{cluster_id}", {"storage_gb": 300})  # pushed and synced again
         before = pair.platform_rows("clusters")[cluster_id]
 
