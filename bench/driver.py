@@ -6,9 +6,9 @@ import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +23,7 @@ import psycopg2.extras
 import requests
 import uuid6
 
-from bench.processes import ROOT, freeze, pg_cursor, py_spy, run_checked, Server, sql, thaw, tree_cpu
+from bench.processes import ROOT, Server, freeze, pg_cursor, py_spy, run_checked, sql, thaw, tree_cpu
 from tooling.testing import StatementCounter, console_script
 
 LUA = Path(__file__).with_name("post.lua")

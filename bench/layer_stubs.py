@@ -63,7 +63,7 @@ def _dump_none(app: Any) -> None:
 def _db_stub(app: Any) -> None:
     """No database: the create's flush answers a made-up row (no checkout, BEGIN, INSERT, COMMIT)."""
     import cluster_svc.views
-    from shared.idempotent import CreateResult, CreateOutcome
+    from shared.idempotent import CreateOutcome, CreateResult
 
     now = datetime.now(timezone.utc)
 
@@ -79,7 +79,7 @@ def _dbapi(app: Any) -> None:
     commit): what SQLAlchemy's connection, transaction and execution cost beyond psycopg2.
     New IDs only (the load's creates), a batch of one at a time."""
     import cluster_svc.views
-    from shared.idempotent import CreateResult, CreateOutcome, _insert_statement
+    from shared.idempotent import CreateOutcome, CreateResult, _insert_statement
 
     engine = app.extensions["database"].engine
     compiled: dict[Any, str] = {}

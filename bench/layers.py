@@ -161,8 +161,8 @@ def profile_full(service: str, full: Any, wrk: Any, logs: Path) -> list[str]:
     """py-spy (GIL holder) on the unpatched worker while wrk drives it: which layer its CPU goes to."""
     import subprocess
 
-    from bench.profile import summarize
     from bench.processes import py_spy
+    from bench.profile import summarize
 
     out = logs / f"{service}.full.gil.txt"
     spy = subprocess.Popen([py_spy(), "record", "--pid", str(full.cpu_roots["worker"]), "-f", "raw", "-r", "500",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager

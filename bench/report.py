@@ -7,7 +7,6 @@ import statistics
 from datetime import datetime, timezone
 from typing import Any
 
-
 from bench.driver import Contender
 from shared.cli import READ_TIMEOUT
 

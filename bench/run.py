@@ -54,13 +54,30 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-
 from bench import flood as bench_flood
 from bench import keytable_app
-from bench.driver import FULL, QUICK, TOKEN, alternate, cluster_svc_down, Contender, count_statements, Drain, drain, insert_pending, load_rows, outage_recovery, profile, seed_ids, Size, Wrk
-from bench.processes import ROOT, postmaster_pid, profile_reconciler, py_spy, run_checked, Server, sql
+from bench.driver import (
+    FULL,
+    QUICK,
+    TOKEN,
+    Contender,
+    Drain,
+    Size,
+    Wrk,
+    alternate,
+    cluster_svc_down,
+    count_statements,
+    drain,
+    insert_pending,
+    load_rows,
+    outage_recovery,
+    profile,
+    seed_ids,
+)
+from bench.processes import ROOT, Server, postmaster_pid, profile_reconciler, py_spy, run_checked, sql
 from bench.report import build_report
 from tooling.testing import console_script, fresh_database, postgres_server
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -14,8 +14,8 @@ import click
 
 from platform_svc import MAX_RATE_LIMIT, Settings, create_app
 from platform_svc.models import RESOURCES
-from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.operations.purge import purger
+from platform_svc.reconciler.settings import ReconcilerSettings
 from shared import config
 from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
 

@@ -38,9 +38,6 @@ from shared.db import NAMING_CONVENTION
 from shared.declaration import Declaration
 from shared.registry import Registry, declared_columns, registering
 
-
-
-
 # For the create-or-return mechanism: the platform invents every ID, so what a
 # replay (same Idempotency-Key) must repeat is the body it first came with.
 KEY_REPLAY = ("request_fingerprint",)

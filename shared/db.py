@@ -13,11 +13,10 @@ an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-from contextlib import AbstractContextManager, contextmanager
-
 import _socket  # the C module: gevent's patched socket would wait where this must not
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from flask import Flask, current_app
 from sqlalchemy import Connection, Engine, create_engine, event

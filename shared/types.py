@@ -8,9 +8,9 @@ from sqlalchemy import Integer, String
 from sqlalchemy.dialects.postgresql import CIDR
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from shared.declaration import Column, varchar
 from shared.declaration import CIDR as CIDR_COLUMN
 from shared.declaration import INTEGER as INTEGER_COLUMN
+from shared.declaration import Column, varchar
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

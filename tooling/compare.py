@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
-from platform_svc.push.content import owned
 from platform_svc.models import RESOURCES
+from platform_svc.push.content import owned
 from shared.horizon import Horizon
 
 

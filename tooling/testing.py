@@ -14,15 +14,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import requests
 from sqlalchemy import Connection, Engine, event, text
 
-from tooling import embedded_pg
 from shared.cli import migrate
+from tooling import embedded_pg
 
 
 @contextmanager

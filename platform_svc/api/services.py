@@ -29,9 +29,8 @@ from shared.errors import Gone, HttpProblem, IdConflict
 from shared.horizon import Horizon, uuid7_millis
 from shared.idempotent import CreateOutcome, CreateResult, create_or_return, create_or_return_many
 from shared.registry import Resource
-from shared.rows import get_live, list_live, soft_delete
 from shared.repeated_headers import came_repeated
-
+from shared.rows import get_live, list_live, soft_delete
 
 # A clock set back by less than this still mints IDs in order (after the last one); set back
 # further, the IDs follow it (docs/decisions/0016-clocks.md).

@@ -19,8 +19,8 @@ from shared.api import Blueprint, created_location, documented, no_content, unch
 from shared.coalesce import Coalescer
 from shared.db import transaction
 from shared.errors import database_unavailable
-from shared.idempotent import CreateResult
 from shared.horizon import Horizon
+from shared.idempotent import CreateResult
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 

@@ -12,9 +12,9 @@ from datetime import timedelta
 
 from flask import Flask
 
-from platform_svc.push.breaker import CircuitBreaker
 from platform_svc.console import auth
 from platform_svc.console.runs import RepairRuns
+from platform_svc.push.breaker import CircuitBreaker
 from shared.client import InternalClient
 from shared.db import Database
 from shared.horizon import Horizon

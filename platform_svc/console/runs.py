@@ -27,8 +27,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from platform_svc.console.reads import LeaseHolder, lease_holder
 from platform_svc.models import RESOURCES, RepairRun
-from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.copies import PAGE_SIZE
+from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.repair import Finding, Repairer, Report
 from platform_svc.operations.status import count_states
 from platform_svc.reconciler.leadership import Leadership, WhileLeading

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.push import content
 from platform_svc.models import RESOURCES
 from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.operations.repair import DELETED_DOWNSTREAM
+from platform_svc.push import content
 from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.db import Database

@@ -23,16 +23,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import datetime
 
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
 from platform_svc.operations.passes import record_pass, this_process
-from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
 from platform_svc.push.pusher import Pusher
+from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.states import SyncState
 from shared import request_id

@@ -24,10 +24,9 @@ from typing import Any
 
 import click
 
-from platform_svc.settings import Settings
+from platform_svc.operations.copies import RepairError
 from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.purge import purger
-from platform_svc.operations.copies import RepairError
 from platform_svc.operations.repair import Repairer
 from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import RetryPolicy
@@ -35,10 +34,11 @@ from platform_svc.reconciler.controller import Reconciler, count_failed
 from platform_svc.reconciler.leadership import Leadership
 from platform_svc.reconciler.periodic import Periodic, run_periodically
 from platform_svc.reconciler.settings import ReconcilerSettings
+from platform_svc.settings import Settings
 from shared import config
 from shared.cli import stop_on_signals
-from shared.transport import ClientPolicy
 from shared.logs import configure_logging
+from shared.transport import ClientPolicy
 
 # The periodic passes' thread gets this long to end its pass (after the page
 # at hand) and give the lease back once the reconciler has stopped.

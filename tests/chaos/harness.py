@@ -21,7 +21,6 @@ from tooling import embedded_pg
 from tooling.pair import Pair, PublicApi, expect
 from tooling.testing import fresh_database
 
-
 REPAIR_INTERVAL = "1"  # seconds: the periodic pass, as an operator would not have to run it
 # Seconds between purge passes on both sides, beside every pair (``cluster-svc purge --every``,
 # and each reconciler's ``--purge-interval``): within a second of an ID passing the horizon.

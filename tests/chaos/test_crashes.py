@@ -17,10 +17,9 @@ from functools import partial
 import pytest
 import requests
 
-from tooling import embedded_pg
-from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import Burst, cluster_body
+from tests.chaos.harness import Burst, cluster_body, running_pair
+from tooling import embedded_pg
 
 # How many creates each outage must visibly fail to push before it ends.
 OUTAGE_CREATES = 4

@@ -29,13 +29,17 @@ from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import create_engine
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from tooling.testing import (
-    LiveServer, console_script, every_check, fresh_database, fuzzing_config, unique_idempotency_key,
-)
-from tests.chaos.harness import running_pair, seed_for
 from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
-from tests.chaos.harness import rules_path
+from tests.chaos.harness import rules_path, running_pair, seed_for
 from tooling.pair import TOKEN, Mark, Pair, PublicApi
+from tooling.testing import (
+    LiveServer,
+    console_script,
+    every_check,
+    fresh_database,
+    fuzzing_config,
+    unique_idempotency_key,
+)
 
 PROBLEM = "application/problem+json"
 PLATFORM_TABLES = ("accounts", "clusters", "firewall_rules")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from tooling.faultproxy import Fault, Plan
-from tests.chaos.harness import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
+from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all, seed_for
+from tooling.faultproxy import Fault, Plan
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
 

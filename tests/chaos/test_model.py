@@ -57,8 +57,7 @@ from hypothesis.stateful import (
 )
 
 from shared.contract import CLUSTER, FIREWALL_RULE, PLANS, REGIONS
-from tests.chaos.harness import seed_for
-from tests.chaos.harness import scale_from_env
+from tests.chaos.harness import scale_from_env, seed_for
 from tests.chaos.model_world import CLUSTERS, RULES, Key, World
 from tooling.commands import Commands
 from tooling.pair import start_pair

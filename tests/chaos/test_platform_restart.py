@@ -20,10 +20,9 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tooling import embedded_pg
-from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import Burst, cluster_body
+from tests.chaos.harness import Burst, cluster_body, running_pair
+from tooling import embedded_pg
 
 
 @pytest.fixture(scope="module")

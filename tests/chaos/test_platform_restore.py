@@ -31,17 +31,23 @@ from functools import partial
 import pytest
 from sqlalchemy import text
 
-from shared.counters import REPAIR_FINDINGS
 from shared.contract import PLANS
-from tests.chaos.harness import running_pair
+from shared.counters import REPAIR_FINDINGS
 from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import (
-    REPAIR_INTERVAL, Burst, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all,
+    REPAIR_INTERVAL,
+    Burst,
+    cluster_body,
+    dump_partway,
+    in_turn,
+    rule_body,
+    rules_path,
+    run_all,
+    running_pair,
 )
 from tooling import embedded_pg
 from tooling.compare import compared
 from tooling.pair import PublicApi, expect
-
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,9 @@ from sqlalchemy import text
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from shared.db import Database
-from tooling.faultproxy import Fault, Plan
-from tests.chaos.harness import seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, rule_body
+from tests.chaos.harness import cluster_body, rule_body, seed_for
+from tooling.faultproxy import Fault, Plan
 from tooling.pair import TOKEN
 
 CLUSTERS, FIREWALL_RULES = RESOURCES["cluster"], RESOURCES["firewall_rule"]

@@ -20,9 +20,17 @@ from functools import partial
 import pytest
 
 from shared.contract import PLANS
-from tests.chaos.harness import running_pair
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import REPAIR_INTERVAL, cluster_body, dump_partway, in_turn, rule_body, rules_path, run_all
+from tests.chaos.harness import (
+    REPAIR_INTERVAL,
+    cluster_body,
+    dump_partway,
+    in_turn,
+    rule_body,
+    rules_path,
+    run_all,
+    running_pair,
+)
 from tooling import embedded_pg
 
 # What a restore of cluster_svc's database may show (never ahead or diverged: the platform holds the newer state).

@@ -26,11 +26,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from tooling.faultproxy import Fault, Plan
 from shared.contract import PLANS
-from tests.chaos.harness import running_pair, seed_for
 from tests.chaos.convergence import read_audit, scenario_figures
-from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all
+from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all, running_pair, seed_for
+from tooling.faultproxy import Fault, Plan
 from tooling.pair import PublicApi, expect
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}

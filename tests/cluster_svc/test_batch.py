@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from shared.api import MAX_BODY_BYTES
-from tooling.testing import assert_problem, db_row
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import assert_problem, db_row
 
 CLUSTERS_BATCH = "/v1/clusters/batch"
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooling.testing import db_row
 from tooling.pair import TOKEN
+from tooling.testing import db_row
 
 SLOTS = 4
 PRESTATES = {

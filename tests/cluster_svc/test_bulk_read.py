@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from tooling.testing import assert_problem
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import assert_problem
 
 
 def id_range(count):

@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import assert_problem, db_row
 
 FIELDS = (
     "id", "team_id", "name", "region", "postgres_version", "plan", "storage_gb",

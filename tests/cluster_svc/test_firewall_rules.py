@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import assert_problem, db_row
 
 FIELDS = ("id", "cluster_id", "cidr", "description", "generation", "created_at", "updated_at", "deleted_at")
 

@@ -226,11 +226,11 @@ def test_a_firewall_rule_of_a_parent_from_the_future_answers_422(client):
 def test_a_create_that_lands_after_a_purge_could_have_passed_its_id_is_not_committed(app, engine):
     """The create checked the horizon, then stalled: by the time its INSERT returned, the ID
     could have been purged. It is rolled back (503, try again), so no purge can be undone."""
+    from cluster_svc.models import RESOURCES
+    from cluster_svc.schemas import route_schemas
     from shared.db import transaction
     from shared.errors import TryAgain
     from shared.idempotent import create_or_return
-    from cluster_svc.models import RESOURCES
-    from cluster_svc.schemas import route_schemas
 
     CLUSTER = RESOURCES["cluster"]
     ClusterCreate = route_schemas(CLUSTER)["create"]

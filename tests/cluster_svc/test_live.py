@@ -16,9 +16,9 @@ from schemathesis.generation.modes import GenerationMode
 from sqlalchemy import text
 
 from shared.client import InternalClient, Outcome
-from tooling.testing import LiveServer, console_script, every_check, free_port, fuzzing_config
 from tests.helpers import internal_cluster_body, internal_rule_body
 from tooling.pair import TOKEN
+from tooling.testing import LiveServer, console_script, every_check, free_port, fuzzing_config
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

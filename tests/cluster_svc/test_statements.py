@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from tooling.testing import StatementCounter
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import StatementCounter
 
 
 @pytest.fixture

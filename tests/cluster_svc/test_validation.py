@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import internal_cluster_body, internal_rule_body
 from tooling.pair import TOKEN
+from tooling.testing import assert_problem, db_row
 
 NIL = "00000000-0000-0000-0000-000000000000"
 SOME = "3f1c2a7e-9b4d-4c1a-8e2f-5a6b7c8d9e0f"  # a valid UUID nobody uses

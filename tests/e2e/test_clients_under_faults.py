@@ -26,9 +26,9 @@ from sqlalchemy import text
 from cluster_svc.client import ClusterClient
 from platform_svc.client import NoAnswer, PlatformClient, ProblemError
 from tests.helpers import cluster_body
+from tooling.faultproxy import Fault, FaultProxy, Plan
 from tooling.pair import TOKEN
 from tooling.testing import wait_for
-from tooling.faultproxy import Fault, FaultProxy, Plan
 
 CREATES = 240  # logical public creates
 THREADS = 8

@@ -28,11 +28,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import cluster_body, with_account
-from tooling.pair import TOKEN
-from tooling.testing import wait_for
 from tooling.fakeclock import FakeClock
-from tooling.pair import start_pair
-from tooling.testing import uuid7_ago
+from tooling.pair import TOKEN, start_pair
+from tooling.testing import uuid7_ago, wait_for
 
 MINUTES_10 = 600
 DAYS_40 = 40 * 86400

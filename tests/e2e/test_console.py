@@ -36,9 +36,9 @@ from sqlalchemy import text
 
 from platform_svc.console.auth import create_operator
 from tests.helpers import cluster_body
+from tooling.packages import find, package_of
 from tooling.pair import start_pair
 from tooling.testing import wait_for
-from tooling.packages import find, package_of
 
 CLUSTERS = "/v1/clusters"
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from tests.helpers import cluster_body
-from tooling.pair import TOKEN, start_pair
-from tooling.compare import compared
 from tests.e2e.metrics_helpers import scrape, value
+from tests.helpers import cluster_body
+from tooling.compare import compared
+from tooling.pair import TOKEN, start_pair
 
 CLUSTERS = "/v1/clusters"
 

@@ -13,9 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
 from tooling.faultproxy import Fault, FaultProxy
-from tooling.testing import console_script
+from tooling.testing import console_script, wait_for
 
 COOL_DOWN = 5  # seconds: INLINE_BREAKER_COOL_DOWN_SECONDS's default
 

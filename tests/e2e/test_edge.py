@@ -18,8 +18,8 @@ import pytest
 import requests
 
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
 from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 
 def half_closed_post(port: int, path: str, token: str, body: dict, *, missing: int) -> tuple[int, dict]:

@@ -19,8 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.horizon import Horizon, uuid7_millis
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
-from tooling.testing import uuid7_ago
+from tooling.testing import uuid7_ago, wait_for
 
 
 def horizon_pair(new_pair, seconds: float, *, proxy: bool = False):

@@ -17,11 +17,10 @@ import requests
 from sqlalchemy import text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from tests.e2e.metrics_helpers import scrape, series, value
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
-from tooling.testing import wait_for
-from tests.e2e.metrics_helpers import scrape, series, value
-from tooling.testing import LiveServer, console_script, free_port, fresh_database
+from tooling.testing import LiveServer, console_script, free_port, fresh_database, wait_for
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CLUSTERS, CLUSTER = "/v1/clusters", "/v1/clusters/<object_id:cluster_id>"

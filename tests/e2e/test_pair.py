@@ -13,9 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
 from tooling.faultproxy import FaultProxy
-from tooling.testing import console_script, free_port, fresh_database
+from tooling.testing import console_script, free_port, fresh_database, wait_for
 
 QUICK = 3.0  # seconds: an inline push gives up after 0.5 s connect timeouts and 2 quick retries
 

@@ -19,9 +19,8 @@ import requests
 from sqlalchemy import text
 
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
 from tooling import embedded_pg
-from tooling.testing import own_postgres
+from tooling.testing import own_postgres, wait_for
 
 
 @pytest.fixture(scope="module")

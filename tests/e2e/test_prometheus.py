@@ -18,8 +18,7 @@ import yaml
 
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
-from tooling.testing import wait_for
-from tooling.testing import console_script, free_port, installed
+from tooling.testing import console_script, free_port, installed, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tooling.pair import TOKEN
-from tooling.testing import wait_for
 from tooling import embedded_pg
-from tooling.testing import LiveServer, console_script, fresh_database, own_postgres
+from tooling.pair import TOKEN
+from tooling.testing import LiveServer, console_script, fresh_database, own_postgres, wait_for
 
 
 @pytest.fixture

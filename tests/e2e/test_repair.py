@@ -10,12 +10,11 @@ import uuid
 
 from sqlalchemy import text
 
-from platform_svc.operations.repair import read_page, requeue
 from platform_svc.models import RESOURCES
+from platform_svc.operations.repair import read_page, requeue
 from shared.db import Database
 from tests.helpers import cluster_body
-from tooling.testing import wait_for
-from tooling.testing import console_script
+from tooling.testing import console_script, wait_for
 
 CLUSTER = RESOURCES["cluster"]
 

@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
+from tests.e2e.test_content_repair import created, downstream, repair
 from tests.helpers import cluster_body
 from tooling.pair import start_pair
-from tests.e2e.test_content_repair import created, downstream, repair
 
 CLUSTERS = "/v1/clusters"
 

@@ -12,14 +12,14 @@ import requests
 
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
-from platform_svc.push.schedule import Claim, units
 from platform_svc.push.pusher import Pusher
+from platform_svc.push.schedule import Claim, units
 from shared.client import InternalClient
 from shared.transport import ClientPolicy
-from tooling.faultproxy import FaultProxy
-from tooling.testing import StatementCounter, db_row
 from tests.helpers import cluster_body, rule_body
+from tooling.faultproxy import FaultProxy
 from tooling.pair import TOKEN
+from tooling.testing import StatementCounter, db_row
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 

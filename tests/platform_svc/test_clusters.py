@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import uuid
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import cluster_body, is_uuid7, rule_body
+from tooling.testing import assert_problem, db_row
 
 
 def test_create_answers_201_with_a_uuid7_and_is_pushed_down_at_once(client, account, downstream_engine):

@@ -16,9 +16,9 @@ from platform_svc.cli import main
 from platform_svc.console import reads
 from platform_svc.console.auth import create_operator
 from platform_svc.models import RESOURCES
-from tooling.testing import wait_for
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 PAGES = ["/console/", "/console/rows", "/console/repair", "/console/rows?state=failed"]
 FORMS = ["/console/retry", "/console/repair", "/console/logout"]

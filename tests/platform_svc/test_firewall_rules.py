@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import uuid
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import cluster_body, is_uuid7, rule_body
+from tooling.testing import assert_problem, db_row
 
 
 def rules_url(cluster):

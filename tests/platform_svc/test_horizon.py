@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc.operations.purge import purger
-from platform_svc.reconciler.controller import reconcile_once
 from platform_svc.operations.repair import judge
+from platform_svc.reconciler.controller import reconcile_once
 from shared.horizon import Horizon
 from tests.helpers import cluster_body, rule_body
 from tooling.testing import console_script, uuid7_ago

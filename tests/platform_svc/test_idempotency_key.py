@@ -7,11 +7,10 @@ import uuid
 from collections import Counter
 
 import pytest
-
 from sqlalchemy import text
 
-from tooling.testing import assert_problem
 from tests.helpers import authed_client, cluster_body, rule_body
+from tooling.testing import assert_problem
 
 
 def rows_with_key(engine, table, account_id, key):

@@ -1,8 +1,8 @@
 """An account never sees or touches another account's objects: 404, as if absent."""
 from __future__ import annotations
 
-from tooling.testing import assert_problem, db_row
 from tests.helpers import cluster_body, rule_body
+from tooling.testing import assert_problem, db_row
 
 
 def test_another_account_cannot_see_or_touch_a_cluster(client, other_client, cluster, downstream_engine):

@@ -17,17 +17,16 @@ import requests
 from sqlalchemy import text
 
 from platform_svc.api import services
-from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
-from platform_svc.push.schedule import RetryPolicy
 from platform_svc.models import RESOURCES
 from platform_svc.operations.retry import retry_failed
-from platform_svc.push.schedule import Claim, claim_due
 from platform_svc.push.pusher import Pusher
+from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
+from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
 from shared.client import Answer, InternalClient, Outcome
 from shared.transport import ClientPolicy
-from tooling.testing import assert_problem, db_row
 from tests.helpers import cluster_body, rule_body
 from tooling.pair import TOKEN
+from tooling.testing import assert_problem, db_row
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 

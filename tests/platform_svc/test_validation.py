@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from tooling.testing import assert_problem
 from tests.helpers import cluster_body, rule_body
+from tooling.testing import assert_problem
 
 
 def count_rows(engine, table, account_id):

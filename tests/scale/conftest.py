@@ -13,10 +13,9 @@ from sqlalchemy.pool import NullPool
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from tooling.testing import wait_for
 from tooling import pgbouncer
 from tooling.pair import Pair
-from tooling.testing import fresh_database
+from tooling.testing import fresh_database, wait_for
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ import os
 import signal
 import time
 
-from tooling.testing import wait_for
 from tests.scale.load import leader_gauge
-from tooling.testing import free_port
+from tooling.testing import free_port, wait_for
 
 LEASE = 3.0  # seconds: short, so a crashed leader's lease runs out quickly
 LEADS = "this reconciler runs the passes"
