@@ -193,7 +193,8 @@ class Declaration(Named):
     @property
     def required(self) -> tuple[str, ...]:
         """What a live row always holds: a root's owner and every field a create cannot leave out."""
-        return (*([self.owner] if self.owner else []), *(n for n, spec in self.fields.items() if spec.default is ma.missing))
+        fields_ = (name for name, spec in self.fields.items() if spec.default is ma.missing)
+        return (*([self.owner] if self.owner else []), *fields_)
 
     def check_columns(
         self, table_name: str, columns: Mapping[str, Column | None], own: Iterable[str]
@@ -206,24 +207,22 @@ class Declaration(Named):
         :raise DeclarationMismatch: naming the field or column missing, of another type, or the
             column nothing declares.
         """
-        found, own = dict(columns), list(own)
-        columns = set(found)
-        for name in self.fields:
+        own = list(own)
+        for name, spec in self.fields.items():
             if name not in columns:
                 raise DeclarationMismatch(
                     f"the table {table_name} has no column for the field {name!r} that {self.key!r} declares"
                     " (add it to the model and a migration, or remove it from the declaration)"
                 )
-        for name, spec in self.fields.items():
-            if found[name] != spec.column:
+            if columns[name] != spec.column:
                 raise DeclarationMismatch(
-                    f"the column {table_name}.{name} is {found[name] or 'of another type'}, where {self.key!r}"
+                    f"the column {table_name}.{name} is {columns[name] or 'of another type'}, where {self.key!r}"
                     f" declares {spec.column} (change the model and a migration, or the declaration)"
                 )
         for name in own:
             if name not in columns:
                 raise DeclarationMismatch(f"the table {table_name} needs a column {name!r}")
-        for name in sorted(columns - set(own) - set(self.fields)):
+        for name in sorted(set(columns) - set(own) - set(self.fields)):
             raise DeclarationMismatch(
                 f"the column {table_name}.{name} is not a field of {self.key!r}'s declaration"
                 " (declare it, or remove it from the model and a migration)"

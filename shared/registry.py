@@ -44,7 +44,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import ForeignKey, Table, Uuid
+from sqlalchemy.orm import mapped_column
 
 from shared.declaration import Declaration, Named
 from shared.types import column_type, declared_as
@@ -228,9 +229,6 @@ def declared_columns(declaration: Declaration, *, nullable: bool, index_parent: 
     """The mapped columns a model of ``declaration`` gets: its ID, an ID column (a foreign key) for
     every ancestor (indexed for the parent when ``index_parent``), and a column per field, of its
     declared type, ``nullable`` or not."""
-    from sqlalchemy import ForeignKey, Uuid
-    from sqlalchemy.orm import mapped_column
-
     found: dict[str, Any] = {"id": mapped_column(Uuid, primary_key=True)}
     for ancestor in declaration.ancestors:
         index = True if index_parent and ancestor is declaration.parent else None

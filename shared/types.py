@@ -44,7 +44,7 @@ def declared_as(sql_type: TypeEngine) -> Column | None:
     """The declared column a table's column type is, or None when no declared column is of that type."""
     if isinstance(sql_type, IPNetworkType):
         return CIDR_COLUMN
-    if isinstance(sql_type, String) and type(sql_type) in (String,) and sql_type.length is not None:
+    if type(sql_type) is String and sql_type.length is not None:
         return varchar(sql_type.length)
     if type(sql_type) is Integer:
         return INTEGER_COLUMN

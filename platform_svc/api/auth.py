@@ -12,7 +12,8 @@ every worker and replica. Measured cost: docs/performance.md, "Per-request
 authentication". ``last_used_at`` is written by that statement at most once a
 minute per key, so a request costs no write to a logged table; the counter
 lives in an UNLOGGED table (:class:`platform_svc.models.RateWindow`), whose
-commit waits for no WAL flush.
+commit waits for no WAL flush. A key that admits nothing counts against its
+source address, in the worker and with no database (:class:`Strangers`).
 
 Functions that change keys or limits take the session as ``db_session`` and
 never commit.
@@ -27,7 +28,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from flask import Response, g, request
 from sqlalchemy import Connection, bindparam, func, insert, select, text, update
@@ -121,10 +121,11 @@ WITH key AS (
     WHERE key_id = (SELECT key_id FROM key WHERE last_used_at IS NULL OR last_used_at < now() - interval '{LAST_USED_EVERY}')
     RETURNING 1
 )
-SELECT key.account_id, key.rate_limit, counted.used, counted.window_start,
+SELECT key.account_id, key.rate_limit, counted.used,
        extract(epoch FROM counted.window_start + interval '{WINDOW_SECONDS} second' - now()) AS reset
 FROM key, counted
 """).bindparams(bindparam("key_id"), bindparam("key_hash"), bindparam("default_limit"))
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -133,7 +134,6 @@ class Admission:
     account_id: uuid.UUID
     limit: int
     used: int
-    window_start: datetime
     reset: float  # seconds until the window ends
 
     @property
@@ -185,7 +185,7 @@ class Authenticator:
             ).first()
         if row is None:
             return None
-        admission = Admission(row.account_id, row.rate_limit, row.used, row.window_start, float(row.reset))
+        admission = Admission(row.account_id, row.rate_limit, row.used, float(row.reset))
         if admission.used > admission.limit:
             # Answered when the window ends, not at once: a client that ignores Retry-After then gets
             # one answer per connection per window, instead of making the service spend its CPU on

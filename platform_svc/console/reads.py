@@ -73,7 +73,7 @@ def overview(
 
 
 def lease_holder(*, db_session: Connection) -> LeaseHolder | None:
-    """The lease on the periodic passes's row: who took it last, until when, and whether that is still ahead."""
+    """The row of the lease on the periodic passes: who took it last, until when, and whether that is still ahead."""
     lease = Lease.__table__
     row = db_session.execute(
         select(lease.c.holder, lease.c.expires_at, (lease.c.expires_at > func.now()).label("live"))
@@ -108,11 +108,8 @@ def rows_needing_a_person(
     ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses.
     """
     table = resource.table
-    needing = {
-        SyncState.FAILED: table.c.sync_state == SyncState.FAILED,
-        SyncState.STALLED: stalled(table, stalled_after),
-    }
-    chosen = needing[state] if state in needing else needing[SyncState.FAILED] | needing[SyncState.STALLED]
+    failed, stalled_long = table.c.sync_state == SyncState.FAILED, stalled(table, stalled_after)
+    chosen = {SyncState.FAILED: failed, SyncState.STALLED: stalled_long}.get(state, failed | stalled_long)
     stmt = select(
         table.c.id,
         table.c.sync_state,

@@ -92,5 +92,5 @@ class LeaderCollector:
     def _family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "sync_repair_leader",
-            "1 while this reconciler holds the lease on the periodic passes and runs the periodic passes (repair, purge), else 0.",
+            "1 while this reconciler holds the lease on the periodic passes (repair, purge) and runs them, else 0.",
         )

@@ -51,8 +51,9 @@ def count_states(
     )
     total = select(func.count()).select_from(table).scalar_subquery()
     failed = select(func.count()).where(table.c.sync_state == SyncState.FAILED).scalar_subquery()
-    row = db_session.execute(select(total, pending.c.pending_rows, failed, pending.c.stalled_rows, pending.c.oldest)).one()
-    total_rows, pending_rows, failed_rows, stalled_rows, oldest_pending = row
+    total_rows, pending_rows, failed_rows, stalled_rows, oldest_pending = db_session.execute(
+        select(total, pending.c.pending_rows, failed, pending.c.stalled_rows, pending.c.oldest)
+    ).one()
     counts = {
         SyncState.SYNCED: total_rows - pending_rows - failed_rows,
         SyncState.PENDING: pending_rows - stalled_rows,

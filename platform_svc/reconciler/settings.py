@@ -2,6 +2,7 @@
 its defaults) and the ``RECONCILER_*`` timings tests shorten, in one object the manager builds."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -58,12 +59,12 @@ class ReconcilerSettings:
             pool_size=self.concurrency + 1,
         )
 
-    @property
+    @functools.cached_property
     def longest_push(self) -> float:
         """Seconds one push can take, retries included."""
         return self.client_policy().longest_call()
 
-    @property
+    @functools.cached_property
     def lease(self) -> timedelta:
         """How long a claimed row stays this reconciler's."""
         return timedelta(seconds=self.longest_push + self.lease_margin)
