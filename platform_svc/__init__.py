@@ -39,7 +39,7 @@ __all__ = [
 def create_app(settings: Settings | None = None, *, testing: bool = False) -> Flask:
     """The application factory; settings come from the environment when not given."""
     from platform_svc import console
-    from platform_svc.api import auth
+    from platform_svc.api import admission, auth
     from platform_svc.api.views import blueprint
     from platform_svc.operations.metrics import SyncRowsCollector
     from platform_svc.push.breaker import CircuitBreaker
@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # at each readiness check and whenever it steps, and each ID checked as it is stored.
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
-    authenticator = auth.Authenticator(database, settings.rate_limit)
+    authenticator = admission.Authenticator(database, settings.rate_limit)
     strangers = auth.Strangers()  # this worker's count of keys that admit nothing, per source
 
     app, api = create_service_app(

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Computed,
     DateTime,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -90,6 +92,18 @@ class RateWindow(Base):
     account_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     used: Mapped[int] = mapped_column(Integer)
+
+
+class KeyChanges(Base):
+    """One row whose ``generation`` every change to who may call raises: a key added, revoked or
+    removed, an account's limit changed or the account removed (statement-level triggers,
+    migration 0008). Each web worker reads it every 0.25 s and re-reads the keys it holds when
+    it moved (:mod:`platform_svc.api.admission`); ``last_used_at`` writes raise nothing."""
+
+    __tablename__ = "key_changes"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)
 
 
 class Synced:

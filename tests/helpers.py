@@ -3,6 +3,7 @@ each API, and what the unit tests of platform_svc call it with. Waiting for a co
 :func:`tooling.testing.wait_for`, which the tooling uses too."""
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -57,3 +58,25 @@ def with_account(pair: Any, request: Any) -> Any:
     """``pair`` (:class:`tooling.pair.Pair`) calling as (and checking) a new account named after the test."""
     pair.use_account(pair.account(f"e2e {request.node.name}"[:100], cli=False))
     return pair
+
+
+class SteppedClock:
+    """``time.monotonic()`` plus the steps tests took: it never goes back, so the session's app
+    keeps it as its admission clock (a test steps past the refresh period instead of waiting)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def step(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def keys_reread(app: Any) -> None:
+    """Step the app's admission clock past the refresh period: its next request re-reads what
+    changed in the keys (as every worker does within that period)."""
+    from platform_svc.api.admission import REFRESH_SECONDS
+
+    app.extensions["authenticator"].clock.step(REFRESH_SECONDS)

@@ -32,7 +32,7 @@ from itsdangerous import URLSafeTimedSerializer
 from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 
-from platform_svc.api.auth import hash_secret
+from platform_svc.api.admission import hash_secret
 from platform_svc.models import ConsoleKey, Operator
 from shared.db import Database
 

@@ -13,7 +13,7 @@ from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
-from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account, rule_body
+from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, authed_client, cluster_body, make_account, rule_body
 from tooling.pair import TOKEN
 from tooling.testing import LiveServer, console_script, free_port, fresh_database
 
@@ -51,6 +51,7 @@ def _app(platform_db_url, cluster_svc_url):
         ),
         testing=True,
     )
+    app.extensions["authenticator"].clock = SteppedClock()  # tests step past the key copies' refresh period
     return app
 
 

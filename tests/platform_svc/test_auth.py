@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from platform_svc.api import auth
 from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
-from tooling.testing import StatementCounter, assert_problem, console_script
+from tooling.testing import assert_problem, console_script
 
 
 @pytest.mark.parametrize(
@@ -69,21 +69,6 @@ def test_the_api_key_is_stored_only_as_a_hash(platform_database, platform_engine
     assert secret not in dump and api_key not in dump
     assert row["key_id"] == key_id
     assert row["key_hash"] == hashlib.sha256(secret.encode()).hexdigest()
-
-
-def test_authenticate_maps_a_key_to_its_account_with_one_statement_and_nothing_cached(platform_database):
-    account_id, api_key = make_account(platform_database)
-    authenticate = auth.Authenticator(platform_database, UNREACHED_RATE_LIMIT)
-    counter = StatementCounter(platform_database.engine)
-
-    with counter.counting() as sent:
-        assert authenticate(api_key).account_id == account_id
-    assert len(sent) == 1  # the key, its account and its window, in one round trip
-    for wrong in (api_key + "x", api_key.partition(".")[2], "0123456789abcdef." + api_key.partition(".")[2]):
-        assert authenticate(wrong) is None
-    with counter.counting() as sent:
-        assert authenticate(api_key).account_id == account_id
-    assert len(sent) == 1  # asked again: nothing is kept in the process that a revocation could outlive
 
 
 def test_create_account_cli_prints_a_working_key_once(app, platform_db_url):

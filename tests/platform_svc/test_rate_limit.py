@@ -1,5 +1,6 @@
-"""The per-account limit on public requests, and keys that stop working the moment they are revoked,
+"""The per-account limit on public requests, and keys that stop working once they are revoked,
 through the test client (the same app gunicorn serves). Across processes: tests/e2e/test_credentials.py.
+The admission's own mechanics (the copy of the keys, the leases): tests/platform_svc/test_admission.py.
 
 The limit counts in one-second windows of the database's clock. A test that needs
 its requests inside one window starts them early in a second and checks, after,
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc.api import auth
-from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, make_account
+from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, keys_reread, make_account
 from tooling.testing import StatementCounter, assert_problem
 
 
@@ -132,6 +133,7 @@ def test_without_a_limit_of_its_own_an_account_has_the_default(app, platform_dat
 
     with platform_database.begin() as db_session:
         auth.set_rate_limit(db_session=db_session, account_id=account_id, limit=None)
+    keys_reread(app)
 
     assert client.get("/v1/clusters").headers["RateLimit-Limit"] == str(UNREACHED_RATE_LIMIT)  # this app's default
 
@@ -150,7 +152,7 @@ def test_refused_keys_count_nothing_and_carry_no_ratelimit_fields(app, platform_
     assert answers[3].status_code == 200  # a stranger who knows only the key id spent none of its requests
 
 
-def test_a_revoked_key_is_refused_at_once_and_the_others_keep_working(app, platform_database):
+def test_a_revoked_key_is_refused_once_the_keys_are_reread_and_the_others_keep_working(app, platform_database):
     account_id, first_key = make_account(platform_database, "two keys")
     with platform_database.begin() as db_session:
         second_key = auth.issue_key(db_session=db_session, account_id=account_id)
@@ -160,6 +162,7 @@ def test_a_revoked_key_is_refused_at_once_and_the_others_keep_working(app, platf
     with platform_database.begin() as db_session:
         revoked = auth.revoke_key(db_session=db_session, key_id=second_key.partition(".")[0])
     assert revoked.account_id == account_id
+    keys_reread(app)
 
     assert_problem(second.get("/v1/clusters"), 401, "unauthorized")
     assert first.get("/v1/clusters").status_code == 200
@@ -174,6 +177,7 @@ def test_an_account_or_key_removed_by_hand_is_401_never_500(app, platform_databa
     with platform_engine.begin() as conn:
         conn.execute(text("DELETE FROM accounts WHERE id = :id"), {"id": removed_account})  # its keys go with it
         conn.execute(text("DELETE FROM api_keys WHERE account_id = :id"), {"id": kept_account})
+    keys_reread(app)
 
     for client in clients:
         assert_problem(client.get("/v1/clusters"), 401, "unauthorized")
@@ -199,6 +203,7 @@ def test_last_use_is_written_at_most_once_a_minute(app, platform_database, platf
     with platform_engine.begin() as conn:
         conn.execute(text("UPDATE api_keys SET last_used_at = now() - interval '61 seconds' WHERE account_id = :a"),
                      {"a": account_id})
+    app.extensions["authenticator"].clock.step(61)  # a minute later in the worker too
     client.get("/v1/clusters")
     assert last_used() > first
 
@@ -257,7 +262,7 @@ def test_a_flood_of_unknown_keys_is_refused_before_the_database_and_a_valid_key_
                     environ_base=source).status_code
         for _ in range(150)
     ]
-    counter = StatementCounter(platform_database.engine)
+    counter = StatementCounter(app.extensions["database"].engine)  # the app's own engine
     with counter.counting() as statements:
         late = flooder.get("/v1/clusters", headers={"Authorization": "Bearer 0123abcd.nothing"}, environ_base=source)
 

@@ -1,0 +1,295 @@
+"""Admitting a public request with no database round trip of its own (docs/decisions/0018).
+
+Each web worker keeps a copy of the keys it has seen (:class:`KeyCopies`) and
+spends tokens it leased from its account's one-second window (:class:`Budget`);
+in the steady state a request is checked and counted in memory. The database
+is consulted a bounded number of times a second per worker, whatever the
+request rate:
+
+- **every 0.25 s at most** (:data:`REFRESH_SECONDS`), one statement reads
+  ``key_changes.generation`` (raised by triggers whenever a key is added,
+  revoked or removed, or an account's limit changes or it is removed). When it
+  moved, one more re-reads every key this worker holds. The request that finds
+  the copy older than that runs the statement before it is admitted, so a
+  revoked key or a removed account is refused by every worker within 0.25 s
+  and the time of one statement. A poll, not ``LISTEN``: PgBouncer in
+  transaction mode passes no notification.
+- **a key not seen before** is looked up once (and its last use written); a
+  key that matches nothing is remembered as such until the next change. How
+  often a source may send keys that admit nothing is bounded before this
+  (:class:`platform_svc.api.auth.Strangers`).
+- **tokens are leased** from the account's window row (``rate_windows``, one
+  per account, the database's second) ``limit // 10`` at a time, at least 1:
+  at most about ten leases per account and window across every worker. The
+  row never lends more than the limit in a window, so the limit holds across
+  every worker and replica; tokens expire with their window, and once a lease
+  comes back empty the worker refuses that account locally, with no
+  statement, until the window ends.
+- **last use** is written when a key is first looked up and then at most once
+  a minute per key and worker, by the same refresh statement.
+
+Failure modes: a worker that dies holding tokens takes them with it (its
+account may get up to one lease fewer that second). While the database is
+away, a request is admitted from the copy for at most 0.25 s after the last
+refresh (its own statements then fail with 503); after that the refresh fails
+and every request answers 503 with Retry-After, as any request would.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.engine import Row
+
+from shared.db import Database
+from shared.errors import HttpProblem
+
+WINDOW_SECONDS = 1
+REFRESH_SECONDS = 0.25  # how stale a worker's copy of the keys may get: a revocation holds everywhere within this
+TOUCH_SECONDS = 60  # how stale a key's last_used_at may get
+LEASES_PER_WINDOW = 10  # a lease is limit // this many tokens, at least 1
+KEPT = 10_000  # keys (and accounts' budgets) one worker keeps, least recently used dropped first
+
+
+class TooManyRequests(HttpProblem):
+    status, code = 429, "too_many_requests"
+
+
+def hash_secret(secret: str) -> str:
+    # A fast hash is enough: the secret is 32 random bytes, nothing a dictionary could guess.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# One statement for every read of the keys: the generation, and (for ``ids``) each key still
+# callable with its account's limit, in one snapshot; ``touch`` writes those keys' last use
+# when it is a minute old. With no ``ids``, it is the refresh's poll.
+KEYS = text("""
+WITH touched AS (
+    UPDATE api_keys SET last_used_at = now()
+    WHERE key_id = ANY(:touch) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
+    RETURNING 1
+)
+SELECT c.generation, k.key_id, k.key_hash, k.account_id, coalesce(k.rate_limit, :default_limit) AS rate_limit
+FROM key_changes c LEFT JOIN (
+    SELECT k.key_id, k.key_hash, k.account_id, a.rate_limit
+    FROM api_keys k JOIN accounts a ON a.id = k.account_id
+    WHERE k.key_id = ANY(:ids) AND k.revoked_at IS NULL
+) k ON true
+""").bindparams(bindparam("touch"), bindparam("ids"), bindparam("default_limit"))
+
+# A lease of up to :n tokens from the account's window (the database's second, so every process
+# counts in the same one): the window's count after it, and the seconds until the window ends.
+LEASE = text(f"""
+INSERT INTO rate_windows AS w (account_id, window_start, used)
+VALUES (:account_id, date_trunc('second', now()), :n)
+ON CONFLICT (account_id) DO UPDATE
+SET used = CASE WHEN w.window_start = excluded.window_start THEN w.used + excluded.used ELSE excluded.used END,
+    window_start = excluded.window_start
+RETURNING w.used, extract(epoch FROM w.window_start + interval '{WINDOW_SECONDS} second' - now()) AS reset
+""").bindparams(bindparam("account_id"), bindparam("n"))
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A request let in: its account, and where the account stands in its window."""
+
+    account_id: uuid.UUID
+    limit: int
+    remaining: int
+    reset: float  # seconds until the window ends
+
+    def headers(self) -> dict[str, str]:
+        """The rate-limit fields of the IETF httpapi draft (RateLimit-Limit, -Remaining, -Reset, -Policy)."""
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_seconds),
+            "RateLimit-Policy": f"{self.limit};w={WINDOW_SECONDS}",
+        }
+
+    @property
+    def reset_seconds(self) -> int:
+        """Whole seconds until the window ends, at least 1 (a caller waiting 0 s would only be refused again)."""
+        return max(1, math.ceil(self.reset))
+
+
+@dataclass
+class Key:
+    """What a worker holds of one key: never the secret, only its hash."""
+
+    key_hash: str
+    account_id: uuid.UUID
+    rate_limit: int
+    touch_due: float  # when its last use is next written, on the worker's clock
+
+    def matches(self, secret: str) -> bool:
+        return hmac.compare_digest(self.key_hash, hash_secret(secret))
+
+
+@dataclass
+class Budget:
+    """The tokens one worker holds of its account's current window."""
+
+    limit: int
+    tokens: int = 0
+    used: int = 0  # the window's count right after this worker's last lease (every worker's leases)
+    ends: float = 0.0  # when the window ends, on the worker's clock
+    empty: bool = False  # the last lease in this window got nothing: refuse until it ends
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def lease_size(self) -> int:
+        return max(1, self.limit // LEASES_PER_WINDOW)
+
+
+class Authenticator:
+    """Maps an API key to an :class:`Admission` (or None), counting the request against its account
+    (``default_limit``: an account's requests per second when it has no limit of its own).
+
+    Statements run in transactions of their own (BEGIN and COMMIT): an autocommitted connection
+    has its isolation level reset as it goes back to the pool, and on a connection a failover has
+    just ended that reset fails inside SQLAlchemy's pool, where the error is not the DBAPIError
+    the 503 handler knows (a 500 instead of a 503).
+
+    :raise TooManyRequests: the key is valid, and its account has used its window (raised when
+        that window ends).
+    """
+
+    def __init__(
+        self, database: Database, default_limit: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.database, self.default_limit, self.clock = database, default_limit, clock
+        self._keys: OrderedDict[str, Key | None] = OrderedDict()  # None: matches nothing (until the next change)
+        self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
+        self._generation = 0  # of the keys held (0: none read yet)
+        self._refreshed = -math.inf  # when the last refresh started, on ``clock``
+        self._touch: set[str] = set()  # keys whose last use is due
+        self._refreshing = threading.Lock()
+
+    def __call__(self, api_key: str) -> Admission | None:
+        key_id, _, secret = api_key.partition(".")
+        # Key ids are hex; anything else (a NUL PostgreSQL would refuse, say) is no key, not a 500.
+        if not secret or not (key_id.isascii() and key_id.isalnum() and len(key_id) <= 32):
+            return None
+        if self.clock() - self._refreshed >= REFRESH_SECONDS:
+            self._refresh()
+        if key_id in self._keys:
+            self._keys.move_to_end(key_id)
+            key = self._keys[key_id]
+        else:
+            key = self._look_up(key_id)
+        if key is None or not key.matches(secret):
+            return None
+        if self.clock() >= key.touch_due:
+            key.touch_due = self.clock() + TOUCH_SECONDS
+            self._touch.add(key_id)
+            self._refresh()
+            if self._keys.get(key_id, key) is not key:
+                return None  # revoked, as that refresh found
+        return self._spend(key)
+
+    # Keys ------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Poll the generation (writing the last uses due); re-read the keys held when it moved."""
+        with self._refreshing:
+            started, touch = self.clock(), sorted(self._touch)
+            if started - self._refreshed < REFRESH_SECONDS and not touch:
+                return  # another request refreshed while this one waited
+            if not self._keys:  # nothing held that a change could make stale
+                self._refreshed = started
+                return
+            generation = self._read(ids=[], touch=touch)[0].generation
+            self._touch.difference_update(touch)
+            if generation != self._generation:
+                self._reload(started)
+            self._refreshed = started
+
+    def _reload(self, started: float) -> None:
+        held = [key_id for key_id, key in self._keys.items() if key is not None]
+        rows = self._read(ids=held, touch=[])
+        found = {row.key_id: row for row in rows if row.key_id is not None}
+        for key_id in list(self._keys):
+            row, key = found.get(key_id), self._keys[key_id]
+            if key is None:
+                del self._keys[key_id]  # it matched nothing; a key may have come since
+            elif row is None:
+                self._keys[key_id] = None  # revoked or removed: it never matches again
+            if row is None or key is None:
+                continue
+            if (row.account_id, row.rate_limit) != (key.account_id, key.rate_limit):
+                self._budgets.pop(key.account_id, None)  # a new limit applies from the next lease
+            key.key_hash, key.account_id, key.rate_limit = row.key_hash, row.account_id, row.rate_limit
+        self._generation = rows[0].generation
+
+    def _look_up(self, key_id: str) -> Key | None:
+        """A key this worker does not hold: read (its last use written), and kept unless the read
+        is older than what the worker holds."""
+        rows = self._read(ids=[key_id], touch=[key_id])
+        row = rows[0]
+        key = None if row.key_id is None else Key(
+            row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS
+        )
+        if not self._keys:
+            self._generation = row.generation  # all the worker holds is this read's
+        if row.generation >= self._generation:
+            self._keys[key_id] = key
+            self._keys.move_to_end(key_id)
+            if len(self._keys) > KEPT:
+                self._keys.popitem(last=False)
+        return key
+
+    def _read(self, *, ids: Sequence[str], touch: Sequence[str]) -> Sequence[Row]:
+        with self.database.begin() as connection:
+            return connection.execute(
+                KEYS, {"ids": list(ids), "touch": list(touch), "default_limit": self.default_limit}
+            ).all()
+
+    # Tokens ----------------------------------------------------------------------------
+
+    def _spend(self, key: Key) -> Admission:
+        budget = self._budgets.get(key.account_id)
+        if budget is None or budget.limit != key.rate_limit:
+            budget = self._budgets[key.account_id] = Budget(key.rate_limit)
+            if len(self._budgets) > KEPT:
+                self._budgets.popitem(last=False)
+        self._budgets.move_to_end(key.account_id)
+        with budget.lock:
+            now = self.clock()
+            if now >= budget.ends or (budget.tokens == 0 and not budget.empty):
+                self._lease(budget, key.account_id)
+                now = self.clock()
+            if budget.tokens > 0:
+                budget.tokens -= 1
+                remaining = max(0, budget.limit - budget.used + budget.tokens)
+                return Admission(key.account_id, budget.limit, remaining, budget.ends - now)
+            wait = budget.ends - now
+        # Answered when the window ends, not at once: a client that ignores Retry-After then gets
+        # one answer per connection per window, instead of making the service spend its CPU on
+        # refusing it as fast as it can send. The wait holds a greenlet, not a database
+        # connection; the caller may try again at once.
+        time.sleep(min(max(wait, 0.0), WINDOW_SECONDS))
+        raise TooManyRequests(
+            f"This account may make {budget.limit} requests per second; this one came after"
+            f" {budget.limit} in its second, and was answered when that second ended: try again now.",
+            headers={
+                "Retry-After": "0", "RateLimit-Limit": str(budget.limit), "RateLimit-Remaining": "0",
+                "RateLimit-Reset": "0", "RateLimit-Policy": f"{budget.limit};w={WINDOW_SECONDS}",
+            },
+        )
+
+    def _lease(self, budget: Budget, account_id: uuid.UUID) -> None:
+        size, started = budget.lease_size(), self.clock()
+        with self.database.begin() as connection:
+            row = connection.execute(LEASE, {"account_id": account_id, "n": size}).one()
+        granted = max(0, min(size, budget.limit - (row.used - size)))
+        # The window's end on this worker's clock, from before the statement: never later than the database's.
+        budget.tokens, budget.used, budget.ends = granted, row.used, started + float(row.reset)
+        budget.empty = granted == 0

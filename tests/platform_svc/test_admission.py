@@ -1,0 +1,110 @@
+"""Admission with no database round trip of its own (platform_svc.api.admission): each worker's
+copy of the keys, re-read within the refresh period of a change, and tokens leased from the
+account's window. Each "worker" here is an Authenticator of its own on the real database, with
+a clock the test steps."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from platform_svc.api import admission, auth
+from shared.db import Database
+from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, make_account
+from tests.platform_svc.test_rate_limit import in_one_window, limited_account
+from tooling.testing import StatementCounter, free_port
+
+
+def worker(platform_database, default_limit=UNREACHED_RATE_LIMIT):
+    return admission.Authenticator(platform_database, default_limit, clock=SteppedClock())
+
+
+def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_database):
+    account_id, api_key = make_account(platform_database, "steady")
+    authenticate = worker(platform_database)
+    counter = StatementCounter(platform_database.engine)
+
+    with counter.counting() as first:
+        assert authenticate(api_key).account_id == account_id
+    assert ["key_changes" in s for s in first] == [True, False] and "rate_windows" in first[1]  # key, then lease
+    with counter.counting() as steady:
+        admissions = [authenticate(api_key) for _ in range(50)]
+        assert authenticate(api_key + "x") is None  # a wrong secret for a key held: no statement either
+    assert steady == []
+    assert [a.remaining for a in admissions[:3]] == [UNREACHED_RATE_LIMIT - n for n in (2, 3, 4)]
+
+    authenticate.clock.step(admission.REFRESH_SECONDS)
+    with counter.counting() as refreshed:
+        assert authenticate(api_key).account_id == account_id
+    assert len(refreshed) == 1 and "key_changes" in refreshed[0]  # the poll: nothing changed, nothing re-read
+
+
+def test_a_key_that_matches_nothing_is_looked_up_once(platform_database):
+    authenticate = worker(platform_database)
+    counter = StatementCounter(platform_database.engine)
+    with counter.counting() as sent:
+        assert authenticate("0123456789abcdef.made-up") is None
+        assert authenticate("0123456789abcdef.made-up-again") is None
+    assert len(sent) == 1
+
+
+def test_a_revocation_a_removal_and_a_new_limit_hold_in_every_worker_within_the_refresh_period(
+    platform_database, platform_engine
+):
+    account_id, first_key = make_account(platform_database, "changes")
+    with platform_database.begin() as db_session:
+        second_key = auth.issue_key(db_session=db_session, account_id=account_id)
+    removed_account, removed_key = make_account(platform_database, "removed")
+    workers = [worker(platform_database), worker(platform_database)]
+    for authenticate in workers:
+        assert all(authenticate(key) for key in (first_key, second_key, removed_key))
+
+    with platform_database.begin() as db_session:
+        auth.revoke_key(db_session=db_session, key_id=second_key.partition(".")[0])
+        auth.set_rate_limit(db_session=db_session, account_id=account_id, limit=7)
+    with platform_engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM accounts WHERE id = %s", (str(removed_account),))
+
+    for authenticate in workers:
+        authenticate.clock.step(admission.REFRESH_SECONDS)
+        assert authenticate(second_key) is None and authenticate(removed_key) is None
+        assert limit_of(authenticate, first_key) == 7
+
+
+def limit_of(authenticate, api_key) -> int:
+    """The limit a request with ``api_key`` is admitted or refused under."""
+    try:
+        return authenticate(api_key).limit
+    except auth.TooManyRequests as refused:  # the window was spent under the old limit
+        return int(refused.headers["RateLimit-Limit"])
+
+
+def test_two_workers_lend_no_more_than_the_limit_in_a_window_between_them(platform_database, platform_engine):
+    _, api_key = limited_account(platform_database, 20)  # leases of 2
+    one, two = worker(platform_database), worker(platform_database)
+
+    admitted, refused = in_one_window(
+        platform_engine,
+        lambda: [authenticate(api_key) for _ in range(10) for authenticate in (one, two)],
+        lambda: pytest.raises(auth.TooManyRequests, one, api_key),
+    )
+
+    assert all(admitted)  # 20 in the window, half in each worker...
+    assert sorted(a.remaining for a in admitted) == list(range(20))  # ...each counted once across both
+    assert refused.value.status == 429  # ...and the 21st refused
+
+
+def test_while_the_database_is_away_only_the_refresh_period_is_admitted_then_every_request_fails(platform_database):
+    account_id, api_key = make_account(platform_database, "outage")
+    authenticate = worker(platform_database)
+    assert authenticate(api_key).account_id == account_id
+    away = Database(f"postgresql+psycopg2://nobody@127.0.0.1:{free_port()}/gone", pool_size=1)
+    authenticate.database = away
+    try:
+        assert authenticate(api_key).account_id == account_id  # from the copy and the tokens held
+        authenticate.clock.step(admission.REFRESH_SECONDS)
+        with pytest.raises(DBAPIError):  # answered 503 with Retry-After (tests/shared/test_database_errors.py)
+            authenticate(api_key)
+        with pytest.raises(DBAPIError):
+            authenticate("0123456789abcdef.never-seen")
+    finally:
+        away.dispose()
