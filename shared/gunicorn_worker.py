@@ -15,6 +15,15 @@ the headers. Past the deadline a read returns end-of-file, so the request
 ends as a client disconnection (Werkzeug answers 400) and the connection is
 closed.
 
+Silent connections cannot fill a worker. gevent accepts at most ``connections``
+at once per worker, and a silent one holds its place for the read timeout:
+a client that opens thousands would leave every newcomer in the listen queue.
+So past :data:`ROOM` of them, each new connection ends the wait of the oldest
+connection that is waiting for a request (a first one, or the next on
+keep-alive): those that sent no complete request are closed first, oldest
+first, and a newcomer is always accepted. Requests in flight are never
+interrupted.
+
 A graceful stop (SIGTERM) finishes the requests in flight and closes idle
 keep-alive connections at once, as a proxy does. gunicorn's gevent worker
 would keep waiting for each idle connection's next request until its
@@ -164,13 +173,16 @@ class DeadlineSocket:
         return b""
 
 
-class NextRequestWait:
-    """The wait for a connection's next request: ends silently after ``seconds``
-    (gunicorn then closes the connection), or earlier when :meth:`end_now` is called."""
+class RequestWait:
+    """The wait for a connection's request (its first, or after one the next on keep-alive):
+    ends silently after ``seconds`` (gunicorn then closes the connection), or earlier when
+    :meth:`end_now` is called. ``waits`` holds every wait in progress, oldest first."""
 
-    def __init__(self, waits: dict[Any, NextRequestWait], seconds: float) -> None:
+    def __init__(self, waits: dict[Any, RequestWait], seconds: float, *, served: bool) -> None:
         self._waits = waits
         self._timeout = gevent.Timeout(seconds, False)
+        self.served = served  # the connection has had a request: an idle keep-alive wait
+        self.ending = False
 
     def __enter__(self) -> Self:
         self._timeout.start()
@@ -183,6 +195,7 @@ class NextRequestWait:
 
     def end_now(self, greenlet: Any) -> None:
         """End the wait in ``greenlet`` as if it had timed out (unless it has ended meanwhile)."""
+        self.ending = True
 
         def throw() -> None:
             # Checked when the hub runs this: by then the greenlet may have got its
@@ -207,11 +220,18 @@ def _recording_repeated_headers(create: Any) -> Any:
     return create_recording
 
 
+# The share of a worker's connections that may be open before each new one closes the oldest
+# waiting for a request: the rest is kept free so that a newcomer is accepted at once.
+ROOM = 0.9
+
+
 class ProblemGeventWorker(GeventWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._served: set[Any] = set()  # connections (their greenlets) that have had a request
-        self._idle: dict[Any, NextRequestWait] = {}  # of those, the ones waiting for the next
+        self._waiting: dict[Any, RequestWait] = {}  # connections waiting for a request, oldest first
+        self._open = 0
+        self._room = max(1, int(self.worker_connections * ROOM))
 
     def patch(self) -> None:
         super().patch()  # gevent.monkey.patch_all(), before the app is built
@@ -224,10 +244,25 @@ class ProblemGeventWorker(GeventWorker):
         super().init_process()
 
     def handle(self, listener, client, addr) -> None:
+        self._open += 1
+        self._make_room()
         try:
             super().handle(listener, DeadlineSocket(client), addr)
         finally:
+            self._open -= 1
             self._served.discard(gevent.getcurrent())
+
+    def _make_room(self) -> None:
+        """Past the room, close the connections waiting longest for a request, one per newcomer."""
+        excess = self._open - self._room
+        if excess <= 0:
+            return
+        for greenlet, wait in list(self._waiting.items()):
+            if excess <= 0:
+                break
+            if not wait.ending:
+                wait.end_now(greenlet)
+            excess -= 1
 
     def handle_request(self, listener_name, req, sock, addr) -> None:
         codings = transfer_codings(req.headers)
@@ -249,11 +284,9 @@ class ProblemGeventWorker(GeventWorker):
 
         After a connection's first request it is an idle keep-alive wait, which
         a graceful stop ends at once. A new connection's first request is
-        still awaited: its client has just connected to send it.
+        still awaited at a stop: its client has just connected to send it.
         """
-        if gevent.getcurrent() in self._served:
-            return NextRequestWait(self._idle, self.cfg.keepalive)
-        return super().timeout_ctx()
+        return RequestWait(self._waiting, self.cfg.keepalive, served=gevent.getcurrent() in self._served)
 
     def handle_exit(self, sig, frame) -> None:
         stopping = not self.alive  # a second SIGTERM: the closing below runs already
@@ -263,8 +296,9 @@ class ProblemGeventWorker(GeventWorker):
 
     def _close_idle_connections(self) -> None:
         while True:  # until the worker exits: a request in flight now leaves its connection idle later
-            for greenlet, wait in list(self._idle.items()):
-                wait.end_now(greenlet)
+            for greenlet, wait in list(self._waiting.items()):
+                if wait.served:
+                    wait.end_now(greenlet)
             gevent.sleep(0.05)
 
 

@@ -3,7 +3,8 @@
 Real sockets against real ``serve`` processes: 64 connections that never send
 a byte and 16 that send their headers one line at a time hold the server's
 attention while other clients' requests are timed; then the tricklers must be
-disconnected once the read timeout has passed.
+disconnected once the read timeout has passed. And more silent connections
+than a worker holds: the oldest are closed, never a newcomer queued behind them.
 """
 from __future__ import annotations
 
@@ -119,6 +120,36 @@ def test_a_client_trickling_its_body_is_disconnected(servers):
     assert READ_TIMEOUT - 1 <= took <= READ_TIMEOUT + 5
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert b"application/problem+json" in answer
+
+
+def test_more_silent_connections_than_a_worker_holds_close_the_oldest_and_newcomers_are_answered(pg_server_url):
+    """Past the bound the connections that sent no request are closed, oldest first: with a read
+    timeout of a minute, the only way the newcomer is answered is that room was made for it."""
+    connections, read_timeout = 40, 60
+    env = {
+        "CLUSTER_DATABASE_URL": fresh_database(pg_server_url, "silent_cluster", migrations=CLUSTER_MIGRATIONS),
+        "INTERNAL_TOKEN": TOKEN,
+    }
+    serving = ["serve", "--workers", "1", "--connections", str(connections), "--read-timeout", str(read_timeout)]
+    with LiveServer([console_script("cluster-svc"), *serving], env) as server, ExitStack() as stack:
+        silent = open_silent("127.0.0.1", server.port, 3 * connections, stack)
+        answer = requests.get(server.url + "/healthz", timeout=read_timeout / 4)
+        states = [_state(sock) for sock in silent]
+
+    assert answer.status_code == 200
+    closed = states.index("open")  # the oldest are closed, the newest kept:
+    assert closed >= 2 * connections and states == ["closed"] * closed + ["open"] * (len(silent) - closed), states
+
+
+def _state(sock: socket.socket) -> str:
+    """"closed" when the server closed ``sock`` (it was closed before this is asked), else "open"."""
+    sock.setblocking(False)
+    try:
+        return "closed" if sock.recv(1) == b"" else "answered"
+    except BlockingIOError:
+        return "open"
+    except ConnectionResetError:
+        return "closed"
 
 
 def _cluster(service: str, n: int) -> dict:
