@@ -29,7 +29,10 @@ from shared.purge import BATCH, Purger, run_every
 # connections (no overflow, see shared.db), so PostgreSQL sees a bounded
 # number however many clients come.
 POOL_SIZE = 8
-CONNECTIONS = 1000
+# An idle or silent connection costs a worker a greenlet and a few kilobytes, no CPU: room for
+# thousands, so that a client holding many costs nothing. Past 90% of them the oldest waiting
+# for a request are closed first (shared.gunicorn_worker).
+CONNECTIONS = 4096
 READ_TIMEOUT = 10
 WORKER_TIMEOUT = 30  # gunicorn's own default
 
@@ -233,6 +236,7 @@ def run_gunicorn(
     worker adds up all of them. The app must not have imported
     prometheus-client before this point (see shared.metrics).
     """
+    open_files_for(connections + 256)  # its connections, its pools, its logs and a margin
     metrics_dir = tempfile.mkdtemp(prefix=f"{name}-metrics-")
     os.environ[MULTIPROC_DIR] = metrics_dir
     _Gunicorn(
@@ -259,6 +263,16 @@ def run_gunicorn(
             "on_exit": lambda server: shutil.rmtree(metrics_dir, ignore_errors=True),
         },
     ).run()
+
+
+def open_files_for(needed: int) -> None:
+    """Raise this process's (and so its workers') limit of open files to ``needed`` when it is lower,
+    up to the hard limit (many systems' soft default, 1,024, is less than a worker's connections)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(needed, hard), hard))
 
 
 def _worker_exited(server: Any, worker: Any) -> None:

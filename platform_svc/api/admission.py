@@ -23,8 +23,8 @@ request rate:
   at most about ten leases per account and window across every worker. The
   row never lends more than the limit in a window, so the limit holds across
   every worker and replica; tokens expire with their window, and once a lease
-  comes back empty the worker refuses that account locally, with no
-  statement, until the window ends.
+  comes back empty the worker refuses that account's requests locally, before
+  any refresh and with no statement, until the window ends.
 - **last use** is written when a key is first looked up and then at most once
   a minute per key and worker, by the same refresh statement.
 
@@ -45,6 +45,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Row
@@ -163,9 +164,10 @@ class Authenticator:
     """
 
     def __init__(
-        self, database: Database, default_limit: int, *, clock: Callable[[], float] = time.monotonic
+        self, database: Database, default_limit: int, *, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.database, self.default_limit, self.clock = database, default_limit, clock
+        self.database, self.default_limit, self.clock, self.sleep = database, default_limit, clock, sleep
         self._keys: OrderedDict[str, Key | None] = OrderedDict()  # None: matches nothing (until the next change)
         self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
         self._generation = 0  # of the keys held (0: none read yet)
@@ -178,6 +180,9 @@ class Authenticator:
         # Key ids are hex; anything else (a NUL PostgreSQL would refuse, say) is no key, not a 500.
         if not secret or not (key_id.isascii() and key_id.isalnum() and len(key_id) <= 32):
             return None
+        held = self._keys.get(key_id)
+        if held is not None and held.matches(secret) and self._spent(held):
+            self._refuse(self._budgets[held.account_id])  # refused either way: no refresh, no statement
         if self.clock() - self._refreshed >= REFRESH_SECONDS:
             self._refresh()
         if key_id in self._keys:
@@ -270,12 +275,19 @@ class Authenticator:
                 budget.tokens -= 1
                 remaining = max(0, budget.limit - budget.used + budget.tokens)
                 return Admission(key.account_id, budget.limit, remaining, budget.ends - now)
-            wait = budget.ends - now
+        self._refuse(budget)
+
+    def _spent(self, key: Key) -> bool:
+        """The key's account has used its window, as far as this worker knows."""
+        budget = self._budgets.get(key.account_id)
+        return budget is not None and budget.empty and budget.limit == key.rate_limit and self.clock() < budget.ends
+
+    def _refuse(self, budget: Budget) -> NoReturn:
         # Answered when the window ends, not at once: a client that ignores Retry-After then gets
         # one answer per connection per window, instead of making the service spend its CPU on
         # refusing it as fast as it can send. The wait holds a greenlet, not a database
         # connection; the caller may try again at once.
-        time.sleep(min(max(wait, 0.0), WINDOW_SECONDS))
+        self.sleep(min(max(budget.ends - self.clock(), 0.0), WINDOW_SECONDS))
         raise TooManyRequests(
             f"This account may make {budget.limit} requests per second; this one came after"
             f" {budget.limit} in its second, and was answered when that second ended: try again now.",

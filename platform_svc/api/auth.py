@@ -88,13 +88,18 @@ class Strangers:
     so a flood of made-up keys costs the database at most ``rate`` lookups a second per source
     and worker. A key this worker admitted goes on being looked up (a caller behind the same
     address as a flood keeps working); one that stops admitting is forgotten.
+
+    A refusal is answered after ``hold`` seconds (the Retry-After it carries), as the account
+    limit's is: a flood that ignores Retry-After then gets one answer per connection per
+    second, instead of making the worker spend its CPU refusing it as fast as it can send.
     """
 
     def __init__(
-        self, *, rate: float = 20.0, burst: float = 100.0, sources: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
+        self, *, rate: float = 20.0, burst: float = 100.0, sources: int = 10_000, hold: float = 1.0,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.rate, self.burst, self.sources, self.clock = rate, burst, sources, clock
+        self.rate, self.burst, self.sources, self.hold = rate, burst, sources, hold
+        self.clock, self.sleep = clock, sleep
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (level, when)
         self._admitted: OrderedDict[str, None] = OrderedDict()  # key ids this worker admitted (bounded)
 
@@ -103,9 +108,10 @@ class Strangers:
         this worker has admitted."""
         if key_id in self._admitted or self._level(source) >= 1:
             return
+        self.sleep(self.hold)  # holds a greenlet, nothing else
         raise TooManyRequests(
             "Too many requests from this address carried an API key that is not valid; try again later.",
-            headers={"Retry-After": str(math.ceil(1 / self.rate))},
+            headers={"Retry-After": str(math.ceil(self.hold))},
         )
 
     def refused(self, source: str, key_id: str) -> None:

@@ -18,24 +18,31 @@ def worker(platform_database, default_limit=UNREACHED_RATE_LIMIT):
     return admission.Authenticator(platform_database, default_limit, clock=SteppedClock())
 
 
-def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_database):
+def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_database, platform_engine):
     account_id, api_key = make_account(platform_database, "steady")
-    authenticate = worker(platform_database)
     counter = StatementCounter(platform_database.engine)
 
-    with counter.counting() as first:
-        assert authenticate(api_key).account_id == account_id
+    def requests():  # in one window: the tokens of the first lease last it
+        authenticate = worker(platform_database)
+        with counter.counting() as first:
+            assert authenticate(api_key).account_id == account_id
+        with counter.counting() as steady:
+            admissions = [authenticate(api_key) for _ in range(50)]
+            assert authenticate(api_key + "x") is None  # a wrong secret for a key held: no statement either
+        return authenticate, list(first), list(steady), admissions
+
+    authenticate, first, steady, admissions = in_one_window(platform_engine, requests)
+
     assert ["key_changes" in s for s in first] == [True, False] and "rate_windows" in first[1]  # key, then lease
-    with counter.counting() as steady:
-        admissions = [authenticate(api_key) for _ in range(50)]
-        assert authenticate(api_key + "x") is None  # a wrong secret for a key held: no statement either
     assert steady == []
     assert [a.remaining for a in admissions[:3]] == [UNREACHED_RATE_LIMIT - n for n in (2, 3, 4)]
 
     authenticate.clock.step(admission.REFRESH_SECONDS)
     with counter.counting() as refreshed:
         assert authenticate(api_key).account_id == account_id
-    assert len(refreshed) == 1 and "key_changes" in refreshed[0]  # the poll: nothing changed, nothing re-read
+    polls = [statement for statement in refreshed if "key_changes" in statement]
+    assert len(polls) == 1  # the poll: nothing changed, nothing re-read...
+    assert all("rate_windows" in statement for statement in refreshed if statement not in polls)  # (a new window's lease)
 
 
 def test_a_key_that_matches_nothing_is_looked_up_once(platform_database):
@@ -91,6 +98,32 @@ def test_two_workers_lend_no_more_than_the_limit_in_a_window_between_them(platfo
     assert all(admitted)  # 20 in the window, half in each worker...
     assert sorted(a.remaining for a in admitted) == list(range(20))  # ...each counted once across both
     assert refused.value.status == 429  # ...and the 21st refused
+
+
+def test_once_its_window_is_spent_an_account_is_refused_with_no_statement_until_the_window_ends(
+    platform_database, platform_engine
+):
+    _, api_key = limited_account(platform_database, 1)
+    held = []
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=SteppedClock(),
+                                           sleep=held.append)
+    counter = StatementCounter(platform_database.engine)
+
+    def flood():
+        with counter.counting() as sent:
+            admitted = authenticate(api_key)
+            refusals = []
+            for _ in range(20):
+                with pytest.raises(auth.TooManyRequests) as refused:
+                    authenticate(api_key)
+                refusals.append(refused.value.status)
+        return admitted, refusals, list(sent)
+
+    admitted, refusals, sent = in_one_window(platform_engine, flood)
+
+    assert admitted.limit == 1 and refusals == [429] * 20
+    assert len(sent) == 3  # the key, the lease of its one token, the lease that came back empty: then nothing
+    assert len(held) == 20 and all(0 <= seconds <= 1 for seconds in held)  # each answered when the window ends
 
 
 def test_while_the_database_is_away_only_the_refresh_period_is_admitted_then_every_request_fails(platform_database):

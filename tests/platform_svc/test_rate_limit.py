@@ -220,22 +220,22 @@ class ManualClock:
 
 
 def test_a_source_sending_keys_that_admit_nothing_is_refused_once_its_bucket_is_empty_and_refills():
-    clock = ManualClock()
-    strangers = auth.Strangers(rate=2.0, burst=3, clock=clock)
+    clock, held = ManualClock(), []
+    strangers = auth.Strangers(rate=2.0, burst=3, clock=clock, sleep=held.append)
     for _ in range(3):
         strangers.check("192.0.2.1", "k1")
         strangers.refused("192.0.2.1", "k1")
 
     with pytest.raises(auth.TooManyRequests) as refused:
         strangers.check("192.0.2.1", "k2")
-    assert refused.value.headers["Retry-After"] == "1"
+    assert refused.value.headers["Retry-After"] == "1" and held == [1.0]  # answered after the second it asks for
     strangers.check("192.0.2.2", "k2")  # another source: its own bucket
     clock.now += 0.5  # a second at 2 a second refills one
     strangers.check("192.0.2.1", "k2")
 
 
 def test_a_key_the_worker_admitted_is_still_looked_up_from_a_flooding_source_until_it_fails():
-    strangers = auth.Strangers(rate=1.0, burst=1, clock=ManualClock())
+    strangers = auth.Strangers(rate=1.0, burst=1, clock=ManualClock(), sleep=lambda seconds: None)
     strangers.admitted("good")
     strangers.refused("192.0.2.1", "junk")
 
@@ -250,7 +250,9 @@ def test_a_key_the_worker_admitted_is_still_looked_up_from_a_flooding_source_unt
 def test_a_flood_of_unknown_keys_is_refused_before_the_database_and_a_valid_key_from_there_still_works(
     app, platform_database, platform_engine, monkeypatch
 ):
+    held = []
     monkeypatch.setattr(app.extensions["strangers"], "clock", ManualClock())  # no refill during the flood
+    monkeypatch.setattr(app.extensions["strangers"], "sleep", held.append)  # each refusal held, not here
     _, api_key = make_account(platform_database, "behind the flood")
     source = {"REMOTE_ADDR": "192.0.2.77"}  # a test-only address (TEST-NET-1): the flood's source
     flooder = app.test_client()
@@ -266,6 +268,7 @@ def test_a_flood_of_unknown_keys_is_refused_before_the_database_and_a_valid_key_
     with counter.counting() as statements:
         late = flooder.get("/v1/clusters", headers={"Authorization": "Bearer 0123abcd.nothing"}, environ_base=source)
 
-    assert answers == [401] * 100 + [429] * 50  # the bucket's burst, then refused
+    assert answers == [401] * 100 + [429] * 50  # the bucket's burst, then refused...
+    assert held == [1.0] * 51  # ...each answered after a second
     assert late.status_code == 429 and late.headers["Retry-After"] and statements == []
     assert valid.get("/v1/clusters", environ_base=source).status_code == 200
