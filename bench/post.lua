@@ -3,6 +3,9 @@
 -- MODE create: a new random UUID per request (the body's id and Idempotency-Key)
 -- MODE replay: an id picked from IDS_FILE (one UUID per line; objects that exist)
 -- MODE public: platform_svc's public body (no id: the platform invents it)
+-- MODE public-replay: the same, every request with the one Idempotency-Key given as the third argument
+-- MODE unknown-key: the same, each request with a well-formed API key nobody holds (TOKEN unused)
+-- MODE read: GET the URL (a public read: platform_svc's list of clusters)
 -- done() prints one line "BENCH {json}": requests, duration, errors, status counts
 -- and, for MODE public, how many answers said "sync_state": "synced".
 
@@ -14,7 +17,7 @@ function setup(thread)
    table.insert(threads, thread)
 end
 
-local mode, token, ids
+local mode, token, ids, replay_key
 counts = {}  -- globals: done() reads them from each thread with thread:get()
 synced = 0
 
@@ -43,12 +46,21 @@ function init(args)
       ids = {}
       for line in io.lines(args[3]) do ids[#ids + 1] = line end
    end
+   replay_key = args[3]
    counts = {}
 end
 
 function request()
    local headers = {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token}
-   if mode == "public" then
+   if mode == "read" then
+      return wrk.format("GET", nil, headers)
+   end
+   if mode == "unknown-key" then
+      headers["Authorization"] = "Bearer " .. hex4() .. hex4() .. hex4() .. hex4() .. "." .. uuid4() .. uuid4()
+   elseif mode == "public-replay" then
+      headers["Idempotency-Key"] = replay_key
+   end
+   if mode == "public" or mode == "public-replay" or mode == "unknown-key" then
       return wrk.format("POST", nil, headers, "{" .. FIELDS .. "}")
    end
    local id

@@ -1,4 +1,4 @@
-"""``make bench``: the performance targets P1-P9 and P13 of docs/performance.md, in one run.
+"""``make bench``: the performance targets P1-P9, P13 and P14 of docs/performance.md, in one run.
 
 Everything runs the way users run it: a real PostgreSQL (embedded unless
 ``TEST_DATABASE_URL`` names one), cluster_svc and platform_svc started through
@@ -20,8 +20,13 @@ Two phases keep PostgreSQL's 100 connections enough for every pool:
 3. The reconciler running with its default settings while cluster_svc is
    frozen for two minutes and 1,000 public creates arrive; then the seconds
    from its thaw until every row is synced. Gives P9.
-4. A quiet account's single creates alone and while another account floods
-   platform_svc over twice ``--connections`` (bench/flood.py). Gives P13.
+4. A quiet account's single creates alone and under each of four floods:
+   another account's creates over twice ``--connections``, its replays of one
+   Idempotency-Key, requests with unknown keys, 2,000 silent sockets
+   (bench/flood.py). Gives P13.
+5. What a public create, a public read, a request refused by its account's
+   limit and one with an unknown key each cost the platform's database:
+   transactions and PostgreSQL CPU (bench/costs.py). Gives P14.
 
 P4 (statements per create / replay) is counted in-process with
 ``tooling.testing.StatementCounter``, as tests/cluster_svc/test_statements.py does.
@@ -54,6 +59,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
+from bench import costs as bench_costs
 from bench import flood as bench_flood
 from bench import keytable_app
 from bench.driver import (
@@ -236,11 +244,17 @@ def main(argv: list[str] | None = None) -> int:
         run_checked([console_script("platform-svc"), "reconcile", "--once"], drain_env, "reconcile before P9")
         recovery = outage_recovery(cluster, platform_server, account["api_key"], drain_env, urls["platform"], size, logs)
         log(f"bench:   {recovery.waiting} rows waiting; all synced {recovery.seconds:.2f} s after the recovery")
-        log(f"bench: P13, a quiet account's creates at -c1 alone and under another account's flood at -c{many}")
-        flood_accounts = [json.loads(run_checked([console_script("platform-svc"), "create-account", name, "--json"],
-                                                 drain_env, "create-account"))["api_key"] for name in ("quiet", "noisy")]
-        p13 = bench_flood.measure(platform_server.url, *flood_accounts, rounds=size.rounds, duration=size.duration,
-                                  connections=many, log=log)
+        log(f"bench: P13, a quiet account's creates at -c1 alone and under each of {len(bench_flood.FLOODS)} floods")
+        flood_accounts = [json.loads(run_checked([console_script("platform-svc"), "create-account", name, "--json",
+                                                  *limit], drain_env, "create-account"))["api_key"]
+                          for name, limit in (("quiet", ("--rate-limit", str(bench_flood.QUIET_LIMIT))), ("noisy", ()))]
+        p13 = [bench_flood.measure(platform_server.url, *flood_accounts, kind=kind, rounds=min(size.rounds, 3),
+                                   duration=size.duration, connections=many, log=log) for kind in bench_flood.FLOODS]
+        log("bench: P14, transactions and PostgreSQL CPU per public create, read, and refused request")
+        limited = json.loads(run_checked([console_script("platform-svc"), "create-account", "limited", "--json",
+                                          "--rate-limit", "1"], drain_env, "create-account"))["api_key"]
+        p14 = bench_costs.measure(platform_server.url, server_url, make_url(urls["platform"]).database, postmaster,
+                                  api_key=account["api_key"], limited_key=limited)
         elapsed = time.monotonic() - started
 
         if args.profile is not None:
@@ -263,13 +277,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\npy-spy profile: {key} ({path}):")
             print(summarize(path.read_text()))
     print(report["text"])
-    print(p13.summary())
-    report["data"]["p13"] = {"measured": round(p13.ratio, 3), "goal": bench_flood.TARGET, "pass": p13.passed,
-                             "flooded_ms": p13.flooded, "alone_ms": p13.alone}
+    for flood in p13:
+        print(flood.summary())
+    print(bench_costs.report(p14))
+    report["data"]["p13"] = {flood.kind: {"measured": round(flood.ratio, 3), "goal": bench_flood.TARGET,
+                                          "pass": flood.passed, "flooded_ms": flood.flooded, "alone_ms": flood.alone}
+                             for flood in p13}
+    report["data"]["p14"] = {cost.kind: {"transactions": round(cost.transactions, 3), "pg_cpu_ms": round(cost.pg_cpu_ms, 3),
+                                         "statuses": dict(cost.statuses)} for cost in p14}
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     problems = [p for contender in phase1 + phase2 for p in contender.problems]
-    return 1 if problems or not p13.passed else 0
+    return 1 if problems or not all(flood.passed for flood in p13) else 0
 
 
 if __name__ == "__main__":

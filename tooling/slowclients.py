@@ -3,11 +3,14 @@
 - :func:`open_silent` opens TCP connections that never send a byte.
 - :class:`Trickler` sends a request's header lines one at a time, a pause
   between each, and never finishes them; it records when the server hung up.
+- :class:`SilentHorde` holds many silent connections, reopening each one the
+  server closes.
 
-Both only ever connect to the address they are given (tests use 127.0.0.1).
+All only ever connect to the address they are given (tests use 127.0.0.1).
 """
 from __future__ import annotations
 
+import selectors
 import socket
 import threading
 import time
@@ -89,3 +92,45 @@ def start_tricklers(host: str, port: int, count: int, *, interval: float, stack:
         trickler.start()
         stack.callback(trickler.stop)
     return tricklers
+
+
+class SilentHorde(threading.Thread):
+    """``count`` connections that send nothing, kept open: each one the server closes is opened
+    again at once, as a client that means to hold them would. ``reopened`` counts those."""
+
+    def __init__(self, host: str, port: int, count: int) -> None:
+        super().__init__(daemon=True)
+        self.address, self.count = (host, port), count
+        self.reopened = 0
+        self._stopping = threading.Event()
+        self._selector = selectors.DefaultSelector()
+
+    def _open(self) -> None:
+        try:
+            sock = socket.create_connection(self.address, timeout=5)
+        except OSError:
+            return  # the listen queue is full: the next round tries again
+        sock.setblocking(False)
+        self._selector.register(sock, selectors.EVENT_READ)
+
+    def run(self) -> None:
+        for _ in range(self.count):
+            self._open()
+        while not self._stopping.is_set():
+            for key, _ in self._selector.select(timeout=0.1):
+                self._selector.unregister(key.fileobj)
+                key.fileobj.close()  # closed by the server (or answered: nothing was asked)
+                self.reopened += 1
+            for _ in range(self.count - len(self._selector.get_map())):
+                self._open()
+
+    def __enter__(self) -> SilentHorde:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self.join()
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
