@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
         authenticate=functools.partial(auth.admit, authenticator, strangers),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
-        browser_blueprints=[console.BLUEPRINT],
+        browser_blueprints=[console.BLUEPRINT, console.ICON_BLUEPRINT],
         clock=clock,
         rate_limited="/v1/",
         testing=testing,

@@ -210,6 +210,31 @@ class ConsoleKey(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class ConsoleSession(Base):
+    """A logged-in console session: the cookie holds a random token, this row its SHA-256. Logout
+    deletes the row, so a copied cookie opens nothing after it; a session lasts 8 hours from login
+    at most, and ends after 30 minutes without a page (platform_svc.console.auth)."""
+
+    __tablename__ = "console_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    operator_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("operators.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class LoginFailures(Base):
+    """Refused console logins counted per operator name and per source address (``key``), shared
+    by every worker and replica: past a few, that name or source is locked out for a while."""
+
+    __tablename__ = "console_login_failures"
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    first_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class Pass(Base):
     """The last pass of each kind (``reconcile``, ``repair``, ``purge``): when it ended, who ran it,
     and its summary line. One row per kind, overwritten: what the console's overview shows."""

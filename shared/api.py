@@ -22,7 +22,7 @@ from flask import Flask, Response, current_app, g, request, send_from_directory
 from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
-from werkzeug.routing import BaseConverter
+from werkzeug.routing import BaseConverter, RequestRedirect
 
 from shared.clock import ClockWatch
 from shared.db import Database
@@ -341,6 +341,8 @@ def register_authentication(app: Flask, authenticate: Callable[[str], Any | None
             return
         if request.blueprint in app.config["BROWSER_BLUEPRINTS"]:
             return  # a session of their own (no bearer token opens them, nor is one needed)
+        if isinstance(request.routing_exception, RequestRedirect):
+            return  # a path missing its slash (/console): the redirect, which opens nothing
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         principal = authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if principal is None:

@@ -21,9 +21,11 @@ from shared.horizon import Horizon
 from shared.transport import ClientPolicy
 
 BLUEPRINT = "console"
+ICON_BLUEPRINT = "console_icon"  # /favicon.ico, which a browser asks for on every page
 
-# The console's calls to cluster_svc (an object's copy, a retry's re-check): a person is waiting.
-CONSOLE_POLICY = ClientPolicy(connect_timeout=1.0, read_timeout=5.0, retries=1, total_timeout=8.0, pool_size=4)
+# The console's calls to cluster_svc (an object's copy, a retry's re-check): a person is waiting, so
+# a page answers within 2 s whatever cluster_svc does, and says so when it did not answer.
+CONSOLE_POLICY = ClientPolicy(connect_timeout=0.5, read_timeout=1.5, retries=0, total_timeout=2.0, pool_size=4)
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,12 @@ def register_console(
     app: Flask, *, database: Database, client: InternalClient, breaker: CircuitBreaker, horizon: Horizon
 ) -> None:
     """Serve the console on ``app``: its blueprint, its sessions and its security headers."""
-    from platform_svc.console.views import blueprint
+    from platform_svc.console.views import blueprint, icon
     from platform_svc.states import stalled_after
 
     auth.configure_sessions(app, database)
     app.register_blueprint(blueprint)
+    app.register_blueprint(icon)
     app.extensions["console"] = Console(
         database, client, breaker, horizon, stalled_after(), RepairRuns(database, client, horizon)
     )

@@ -5,12 +5,15 @@ secret (as an API key's secret is kept). Neither an account's API key nor the
 internal token opens a console page: the console never reads an
 ``Authorization`` header.
 
-A session is Flask's signed cookie, holding the operator's row ID and a CSRF
-token: no per-process store, so every worker and replica reads it. It is signed
-with a key kept in the ``console_keys`` table (made once by the first process
-that needs it): nothing to configure, and all processes agree. Each request
-looks the operator's row up again, so ``create-operator`` run again (a new
-secret, a new row ID) or ``revoke-operator`` ends that operator's sessions at once.
+A session is a row of ``console_sessions``, named in Flask's signed cookie by a
+random token (the row keeps only its SHA-256), beside the session's CSRF token.
+Every worker and replica reads the same rows. Logout deletes the row, so a copied
+cookie opens nothing after it; a session lasts at most 8 hours from its login
+(not from its last page) and ends after 30 minutes without a page. The cookie is
+signed with a key kept in the ``console_keys`` table (made once by the first
+process that needs it): nothing to configure, and all processes agree.
+``create-operator`` run again (a new secret) or ``revoke-operator`` deletes that
+operator's sessions at once.
 
 Every POST carries the session's CSRF token in a hidden ``csrf_token`` field
 (the synchronizer-token pattern; with SameSite=Strict on the cookie, a page of
@@ -29,14 +32,15 @@ from datetime import timedelta
 from flask import Flask, Request, abort, g, redirect, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 from itsdangerous import URLSafeTimedSerializer
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from platform_svc.api.admission import hash_secret
-from platform_svc.models import ConsoleKey, Operator
+from platform_svc.models import ConsoleKey, ConsoleSession, Operator
 from shared.db import Database
 
-SESSION_LIFETIME = timedelta(hours=8)
+SESSION_LIFETIME = timedelta(hours=8)  # from the login, whatever the use
+IDLE_TIMEOUT = timedelta(minutes=30)  # without a page
 COOKIE = "console_session"
 SIGNING_KEY = "session"  # the console_keys row
 
@@ -63,6 +67,9 @@ def create_operator(*, db_session: Connection, name: str) -> str:
     secret = secrets.token_urlsafe(32)
     values = {"id": uuid.uuid4(), "secret_hash": hash_secret(secret), "created_at": func.now()}
     table = Operator.__table__
+    db_session.execute(delete(ConsoleSession).where(
+        ConsoleSession.operator_id.in_(select(Operator.id).where(Operator.name == name))
+    ))
     db_session.execute(
         insert(table).values(name=name, **values).on_conflict_do_update(index_elements=[table.c.name], set_=values)
     )
@@ -85,13 +92,19 @@ def check_secret(*, db_session: Connection, name: str, secret: str) -> uuid.UUID
     return row.id if row is not None and matches else None
 
 
-def operator_named_by(*, db_session: Connection, operator_id: str) -> str | None:
-    """The name of the operator whose row ID a session holds, while that row exists."""
-    try:
-        parsed = uuid.UUID(operator_id)
-    except (TypeError, ValueError):
-        return None
-    return db_session.execute(select(Operator.name).where(Operator.id == parsed)).scalar()
+# A live session's operator, its last page recorded; none past its lifetime or its idle timeout.
+SEEN = text(f"""
+UPDATE console_sessions s SET seen_at = now() FROM operators o
+WHERE s.token_hash = :token_hash AND o.id = s.operator_id
+  AND s.created_at > now() - interval '{int(SESSION_LIFETIME.total_seconds())} seconds'
+  AND s.seen_at > now() - interval '{int(IDLE_TIMEOUT.total_seconds())} seconds'
+RETURNING o.name
+""")
+
+
+def operator_of_session(*, db_session: Connection, token: str) -> str | None:
+    """The name of the operator whose live session ``token`` names (and that session is seen now)."""
+    return db_session.execute(SEEN, {"token_hash": hash_secret(token)}).scalar()
 
 
 # Sessions ----------------------------------------------------------------------------------
@@ -154,6 +167,7 @@ def configure_sessions(app: Flask, database: Database) -> None:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
         PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        SESSION_REFRESH_EACH_REQUEST=False,  # the cookie's expiry is the login's, never pushed back
     )
 
 
@@ -171,12 +185,22 @@ def check_csrf() -> None:
         abort(400, "The form's CSRF token is missing or stale; reload the page and submit it again.")
 
 
-def open_session(operator_id: uuid.UUID) -> None:
-    """Log in: a new session (and a new CSRF token) for the operator."""
+def open_session(db_session: Connection, operator_id: uuid.UUID) -> None:
+    """Log in: a new session row (and a new CSRF token) for the operator."""
+    token = secrets.token_urlsafe(32)
+    db_session.execute(insert(ConsoleSession).values(token_hash=hash_secret(token), operator_id=operator_id))
     session.clear()
     session.permanent = True
-    session["operator_id"] = str(operator_id)
+    session["sid"] = token
     session["csrf"] = secrets.token_urlsafe(32)
+
+
+def close_session(db_session: Connection) -> None:
+    """Log out: the session's row deleted, so its cookie opens nothing any more, wherever it was copied."""
+    token = session.get("sid")
+    if isinstance(token, str):
+        db_session.execute(delete(ConsoleSession).where(ConsoleSession.token_hash == hash_secret(token)))
+    session.clear()
 
 
 def require_operator(database: Database):
@@ -190,11 +214,11 @@ def require_operator(database: Database):
         if request.method == "POST":
             check_csrf()
         return None
-    operator_id = session.get("operator_id")
+    token = session.get("sid")
     name = None
-    if operator_id:
-        with database.engine.connect() as db_session:
-            name = operator_named_by(db_session=db_session, operator_id=operator_id)
+    if isinstance(token, str):
+        with database.begin() as db_session:
+            name = operator_of_session(db_session=db_session, token=token)
     if name is None:
         if request.method == "GET":
             return redirect(url_for("console.login", next=request.full_path.rstrip("?")))
@@ -207,9 +231,17 @@ def require_operator(database: Database):
 
 def safe_next(target: str | None) -> str:
     """Where to go after logging in: a console path given by the login link, never another site."""
-    if target and target.startswith("/console") and not target.startswith("//") and "\\" not in target:
+    if (target and target.startswith("/console") and not target.startswith("//") and "\\" not in target
+            and target.isprintable()):  # no CR, LF or other control character reaches a header
         return target
     return url_for("console.overview")
+
+
+def refuse_nul() -> None:
+    """:raise 400: a query or form value holds a NUL, which no text column can take (a 500 otherwise)."""
+    for values in (request.args, request.form):
+        if any("\x00" in value for value in values.values()):
+            abort(400, "A field of this request holds a NUL character.")
 
 
 def add_security_headers(response):

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
-from platform_svc.models import RESOURCES, Lease, Pass
+from platform_svc.models import RESOURCES, Account, Lease, Pass
 from platform_svc.operations.repair import judge
 from platform_svc.operations.status import count_states
 from platform_svc.push import content
@@ -93,6 +93,9 @@ def last_passes(*, db_session: Connection) -> dict[str, Row]:
 # Rows that need a person ------------------------------------------------------------------
 
 
+LABELS = ("name", "description")  # the first of these fields a resource has names its rows on a page
+
+
 def rows_needing_a_person(
     *,
     db_session: Connection,
@@ -101,11 +104,14 @@ def rows_needing_a_person(
     state: SyncState | None,
     reason: str | None,
     after: uuid.UUID | None,
+    account_id: uuid.UUID | None = None,
     limit: int = PAGE_SIZE,
 ) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
     """Failed and stalled rows of ``resource`` in ID order after ``after`` (the API's keyset
-    cursor), with the next cursor (None on the last page). ``state``: only ``failed`` or only
-    ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses.
+    cursor), with the next cursor (None on the last page), each with what a person recognises it
+    by (its name, or description, and its account's name). ``state``: only ``failed`` or only
+    ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses;
+    ``account_id``: only that account's rows.
     """
     table = resource.table
     failed, stalled_long = table.c.sync_state == SyncState.FAILED, stalled(table, stalled_after)
@@ -118,7 +124,12 @@ def rows_needing_a_person(
         table.c.next_attempt_at,
         table.c.deleted_at,
         (func.now() - func.coalesce(table.c.sync_failed_at, table.c.updated_at)).label("age"),
-    ).where(chosen)
+        table.c.account_id,
+        Account.name.label("account_name"),
+        next((table.c[name] for name in LABELS if name in table.c), literal(None)).label("label"),
+    ).join(Account, Account.id == table.c.account_id).where(chosen)
+    if account_id is not None:
+        stmt = stmt.where(table.c.account_id == account_id)
     if reason:
         stmt = stmt.where(table.c.sync_error.icontains(reason, autoescape=True))
     return keyset_page(db_session, stmt, table.c.id, after=after, limit=limit)
@@ -198,10 +209,11 @@ def children_of(
 
 
 def compare_sides(
-    resource: Resource, row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon
+    resource: Resource, row: RowMapping, theirs: dict[str, Any] | None, horizon: Horizon, *, known: bool = True
 ) -> tuple[list[FieldPair], str | None]:
     """Every compared field (what the platform owns and the ancestry), ours and theirs, marked where
-    they differ; and the finding repair would report (it judges synced rows only)."""
+    they differ; and the finding repair would report (it judges synced rows only). ``known``: False
+    when cluster_svc did not answer (its side, and so any finding, unknown)."""
     ours = content.expected(resource, row)
     mutable = content.mutable(resource)
     pairs = []
@@ -209,7 +221,7 @@ def compare_sides(
         there = theirs["fields"].get(name) if theirs is not None else None
         differs = theirs is not None and theirs["alive"] and there != ours.get(name)
         pairs.append(FieldPair(name, ours.get(name), there, differs, name in mutable))
-    return pairs, judge(row, theirs, horizon, resource=resource)
+    return pairs, judge(row, theirs, horizon, resource=resource) if known else None
 
 
 def resource_named(segment: str) -> Resource | None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
-from flask import Blueprint, abort, current_app, g, redirect, render_template, request, session, url_for
+from flask import Blueprint, abort, current_app, g, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
 
-from platform_svc.console import auth, reads
+from platform_svc.console import auth, reads, throttle
 from platform_svc.console.runs import LeaseHeld, read_run, recent_runs
 from platform_svc.models import RESOURCES
 from platform_svc.operations.copies import RepairError, copy_of
@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 blueprint = Blueprint(
     "console", __name__, url_prefix="/console", template_folder="templates", static_folder="static"
 )
+icon = Blueprint("console_icon", __name__)
+
+
+@icon.get("/favicon.ico")
+def favicon():
+    return "", 204, {"Cache-Control": "public, max-age=86400"}  # no icon, and no error page for one
 
 
 def console():
@@ -37,6 +43,7 @@ def console():
 
 @blueprint.before_request
 def _guard():
+    auth.refuse_nul()
     return auth.require_operator(console().database)
 
 
@@ -63,24 +70,43 @@ def _error_page(error: HTTPException):
 
 @blueprint.route("/login", methods=["GET", "POST"])
 def login():
-    failed = False
+    failed, wait = False, 0
     if request.method == "POST":
         name, secret = request.form.get("operator", "").strip(), request.form.get("secret", "")
-        with console().database.engine.connect() as db_session:
-            operator_id = auth.check_secret(db_session=db_session, name=name, secret=secret) if name else None
+        counted = throttle.keys(name, request.remote_addr or "-")
+        with console().database.begin() as db_session:
+            wait = throttle.locked_for(db_session, counted)
+            operator_id = None
+            if not wait and name:
+                operator_id = auth.check_secret(db_session=db_session, name=name, secret=secret)
+            if operator_id is not None:
+                throttle.admitted(db_session, counted)
+                auth.open_session(db_session, operator_id)
+            elif not wait:
+                locked = throttle.refused(db_session, counted)
         if operator_id is not None:
-            auth.open_session(operator_id)
             log.info("console: %s logged in", name)
             return redirect(auth.safe_next(request.args.get("next")))
-        log.warning("console: a login as %r was refused", name[:100])
+        if not wait:  # one line per lockout, never one per guess, and never what was typed
+            for key, failures, seconds in locked:
+                log.warning("console: logins locked for %d s after %d refused in a row (%s)", seconds, failures, key)
         failed = True
-    return render_template("console/login.html", failed=failed), 401 if failed else 200
+    page = render_template("console/login.html", failed=failed, wait=wait)
+    if wait:
+        return page, 429, {"Retry-After": str(wait)}
+    return page, 401 if failed else 200
 
 
 @blueprint.post("/logout")
 def logout():
-    session.clear()
+    with console().database.begin() as db_session:
+        auth.close_session(db_session)
     return redirect(url_for("console.login"))
+
+
+@blueprint.route("/<path:unknown>")
+def not_found(unknown: str):
+    abort(404, "There is no such console page.")
 
 
 # Overview --------------------------------------------------------------------------------
@@ -126,15 +152,16 @@ def rows():
     state = SyncState(chosen) if chosen in (SyncState.FAILED, SyncState.STALLED) else None
     reason = request.args.get("reason", "").strip() or None
     after = _uuid_arg(request.args.get("after"), "after")
+    account = _uuid_arg(request.args.get("account") or None, "The account's ID")
     with ctx.database.engine.connect() as db_session:
         found, next_after = reads.rows_needing_a_person(
             db_session=db_session, resource=resource, stalled_after=ctx.stalled_after, state=state, reason=reason,
-            after=after,
+            after=after, account_id=account,
         )
         reasons = reads.failure_reasons(db_session=db_session, resource=resource)
     return render_template(
         "console/rows.html", resource=resource, rows=found, next_after=next_after, state=state, reason=reason,
-        after=after, reasons=reasons, stalled_after=ctx.stalled_after,
+        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account,
     )
 
 
@@ -174,11 +201,26 @@ def object_page(segment: str, object_id: str):
     sides = reads.BothSides(resource, row, None, children=children)
     try:
         sides.theirs = copy_of(ctx.client, resource, parsed)
-    except RepairError as exc:
+    except RepairError as exc:  # the platform's side is shown all the same, and cluster_svc's said unknown
         sides.unreadable = str(exc)
+    sides.fields, sides.finding = reads.compare_sides(resource, row, sides.theirs, ctx.horizon,
+                                                      known=sides.unreadable is None)
+    return render_template("console/object.html", sides=sides, resource=resource, row=row, **_schedule(row))
+
+
+def _schedule(row) -> dict:
+    """The row's state as every other page counts it (pending long enough is stalled), and its next
+    try: only for a row that will be tried, and never a time already past."""
+    now = datetime.now(timezone.utc)
+    pending = row["sync_state"] == SyncState.PENDING
+    shown = SyncState.STALLED if pending and now - row["updated_at"] > console().stalled_after else row["sync_state"]
+    if not pending:
+        next_try = "none: it is not waiting for a push"
+    elif row["next_attempt_at"] <= now:
+        next_try = "due now"
     else:
-        sides.fields, sides.finding = reads.compare_sides(resource, row, sides.theirs, ctx.horizon)
-    return render_template("console/object.html", sides=sides, resource=resource, row=row)
+        next_try = row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S UTC")
+    return {"shown_state": shown, "next_try": next_try}
 
 
 # Repair ----------------------------------------------------------------------------------

@@ -236,3 +236,112 @@ def test_a_dry_run_records_its_progress_page_by_page_and_its_findings(app, clien
     assert len(seen) >= 3 and seen == sorted(seen) and seen[0] < seen[-1] == run["compared"]  # a page at a time
     assert run["compared"] >= run["total"] - 1  # every synced row (give or take one another test changed)
     assert {"resource": "cluster", "finding": "diverged", "id": cluster["id"], "detail": "plan"} in run["findings"]
+
+
+# The session the operator controls (server-side rows), and what the door refuses -----------
+
+
+def test_logout_ends_the_session_everywhere_a_copied_cookie_opens_nothing_after_it(app, operator):
+    browser, _ = logged_in(app, operator)
+    copy = app.test_client()
+    copy.set_cookie("console_session", browser.get_cookie("console_session", path="/console").value, path="/console")
+    assert copy.get("/console/").status_code == 200  # the copied cookie works while the session lives
+
+    page = browser.get("/console/")
+    assert browser.post("/console/logout", data={"csrf_token": csrf_of(page.data)}).status_code == 302
+
+    assert copy.get("/console/").status_code == 302  # to the login form
+    assert copy.post("/console/repair", data={"csrf_token": csrf_of(page.data), "dry_run": "1"}).status_code == 401
+
+
+@pytest.mark.parametrize("aged", [
+    "created_at = now() - interval '8 hours 1 second'",  # its absolute lifetime, however much it was used
+    "seen_at = now() - interval '31 minutes'",  # idle too long
+], ids=["lifetime", "idle"])
+def test_a_session_ends_8_hours_after_its_login_or_30_minutes_after_its_last_page(
+    app, platform_engine, operator, aged
+):
+    browser, _ = logged_in(app, operator)
+    assert browser.get("/console/").status_code == 200
+    with platform_engine.begin() as conn:
+        conn.execute(text(f"UPDATE console_sessions s SET {aged} FROM operators o"
+                          " WHERE o.id = s.operator_id AND o.name = :name"), {"name": operator[0]})
+    assert browser.get("/console/").status_code == 302
+
+
+def test_a_page_does_not_push_the_cookie_or_the_session_back(app, operator):
+    browser, login = logged_in(app, operator)
+    assert "Set-Cookie" in login.headers
+    assert "Set-Cookie" not in browser.get("/console/").headers  # the login's expiry stands
+
+
+@pytest.mark.parametrize("request_", [
+    ("GET", "/console/login?next=/console/%0d%0aSet-Cookie:%20x=1", None),
+    ("GET", "/console/rows?state=failed&reason=a%00b", None),
+    ("POST", "/console/login", {"operator": "op\x00", "secret": "x"}),
+], ids=["next", "reason", "login"])
+def test_a_nul_or_a_line_break_in_what_reaches_sql_or_a_header_is_never_a_500(app, operator, request_):
+    method, path, data = request_
+    browser, _ = logged_in(app, operator)
+    if data is not None:
+        data["csrf_token"] = csrf_of(browser.get("/console/login").data)
+    answer = browser.open(path, method=method, data=data)
+    assert answer.status_code in (200, 302, 400), answer.data[:300]
+    assert "x=1" not in answer.headers.get("Set-Cookie", "")
+
+
+def test_login_with_a_newline_in_next_goes_to_the_overview(app, operator):
+    browser = app.test_client()
+    page = browser.get("/console/login")
+    answer = browser.post("/console/login?next=/console/%0d%0aX-Evil:%201",
+                          data={"operator": operator[0], "secret": operator[1], "csrf_token": csrf_of(page.data)})
+    assert answer.status_code == 302 and answer.headers["Location"].endswith("/console/")
+    assert "X-Evil" not in answer.headers
+
+
+def test_guessing_is_locked_out_per_name_briefly_and_logged_once_without_what_was_typed(
+    app, platform_engine, operator, caplog
+):
+    browser = app.test_client()
+    guess = {"operator": operator[0], "csrf_token": csrf_of(browser.get("/console/login").data)}
+    source = {"REMOTE_ADDR": "192.0.2.91"}  # a test-only address: its own count
+    statuses = [browser.post("/console/login", data={**guess, "secret": f"guess-{n}"}, environ_base=source).status_code
+                for n in range(6)]
+
+    assert statuses == [401] * 5 + [429]
+    locked = browser.post("/console/login", data={**guess, "secret": operator[1]}, environ_base=source)
+    assert locked.status_code == 429 and int(locked.headers["Retry-After"]) <= 60  # even the right secret waits
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("platform_svc.console")]
+    assert len([line for line in lines if "locked" in line]) == 2 and not any("refused" in line and "locked" not in line
+                                                                              for line in lines)  # name and source
+    assert not any(operator[0] in line or "guess-" in line for line in lines)
+
+    with platform_engine.begin() as conn:  # the lockout's time passes
+        conn.execute(text("UPDATE console_login_failures SET locked_until = now() WHERE key LIKE 'name:%'"
+                          " OR key = 'source:192.0.2.91'"))
+    assert browser.post("/console/login", data={**guess, "secret": operator[1]}, environ_base=source).status_code == 302
+
+
+def test_console_without_its_slash_unknown_console_pages_and_the_icon_are_the_consoles(app, operator):
+    browser, _ = logged_in(app, operator)
+    assert app.test_client().get("/console").status_code in (301, 308)
+    assert app.test_client().get("/console").headers["Location"].endswith("/console/")
+    missing = browser.get("/console/no-such-page")
+    assert missing.status_code == 404 and missing.mimetype == "text/html"
+    assert app.test_client().get("/favicon.ico").status_code == 204
+
+
+def test_rows_name_each_object_and_its_account_and_filter_by_account(app, client, other_client, platform_database,
+                                                                     account, other_account, operator):
+    reason = f"POST /v1/clusters: 409 id_conflict: recognised {uuid.uuid4()}"
+    failed(client, platform_database, 1, reason)
+    failed(other_client, platform_database, 1, reason)
+    browser, _ = logged_in(app, operator)
+
+    both = browser.get("/console/rows", query_string={"resource": "clusters", "reason": reason}).get_data(as_text=True)
+    one = browser.get("/console/rows", query_string={"resource": "clusters", "reason": reason,
+                                                     "account": str(account[0])}).get_data(as_text=True)
+
+    assert "account-a" in both and "account-b" in both and both.count('class="failed"') == 2
+    assert "account-a" in one and "account-b" not in one
+    assert re.search(r'<a href="/console/objects/clusters/[^"]+">[^<]+<br>', both)  # a name before each ID
