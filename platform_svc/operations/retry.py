@@ -17,7 +17,9 @@ A row put back is *pending* in a way only a proving answer can end
 (:func:`platform_svc.push.recording.change_for`): a live row's confirmed generation
 drops below its own, so the pusher sends it again and cluster_svc's answer
 shows what it holds; a deleted row's delete is sent again. Retrying a row by ID
-takes its failed descendants with it (a cluster with its rules).
+takes its failed descendants with it (a cluster with its rules), and a row whose
+ancestor stays failed stays failed too (:func:`failed_ancestor`): a retry never
+leaves a descendant pending behind a parent that will not be pushed.
 
 The way out for a row deleted downstream (docs/decisions/0014): delete it on
 the platform (its children go with it), then retry it: the delete is sent, the
@@ -116,13 +118,30 @@ def verdict(resource: Resource, row: RowMapping, theirs: dict | None) -> str | N
     return None  # deleted on both sides: the delete goes down, and its tombstone answers it
 
 
+def failed_ancestor(database: Database, resource: Resource, row: RowMapping) -> str | None:
+    """Why ``row`` must stay failed while an ancestor of it is (it would wait, pending, for a parent
+    that is never pushed: a subtree goes back in line only with its root), or None."""
+    with database.engine.connect() as db_session:
+        for ancestor in resource.ancestors:
+            table = ancestor.table
+            state = db_session.execute(
+                select(table.c.sync_state).where(table.c.id == row[ancestor.id_column])
+            ).scalar()
+            if state == SyncState.FAILED:
+                return (f"not retried: its {ancestor.words} {row[ancestor.id_column]} is failed; it goes back in"
+                        f" line with that {ancestor.words} (retry the {ancestor.words})")
+    return None
+
+
 def _retry_one(database: Database, client: InternalClient, resource: Resource, row: RowMapping) -> Retried:
     """Re-check one row and put it back in line, or say why not. A row left failed keeps its own
     reason (what failed it, which ``--reason`` finds); the why is the retry's answer."""
-    try:
-        why = verdict(resource, row, copy_of(client, resource, row["id"]))
-    except RepairError as exc:
-        why = f"not retried: could not re-check it ({exc}); nothing was sent, try again"
+    why = failed_ancestor(database, resource, row)
+    if why is None:
+        try:
+            why = verdict(resource, row, copy_of(client, resource, row["id"]))
+        except RepairError as exc:
+            why = f"not retried: could not re-check it ({exc}); nothing was sent, try again"
     if why is not None:
         log.info("retry of %s %s: %s", resource.words, row["id"], why)
         return Retried(resource, row["id"], False, why)

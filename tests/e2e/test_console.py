@@ -238,7 +238,8 @@ def test_the_failed_row_shows_its_reason_and_a_retry_refuses_another_teams_objec
     browser.screenshot("rows-failed")
     browser.press(row_xpath(made["failed"]) + "//button[text()='Retry']")
     page = browser.text()
-    assert "1 left failed" in page  # the cluster; its rule goes back in line, to wait for it again
+    assert "2 left failed" in page  # the cluster, and its rule with it: it never waits for a cluster left failed
+    assert "is failed; it goes back in line with that cluster" in page
     refused = browser.driver.find_element(By.XPATH, row_xpath(made["failed"])).text
     assert "left failed" in refused and "not the platform's object" in refused and "team_id" in refused
     browser.screenshot("retry-refused")

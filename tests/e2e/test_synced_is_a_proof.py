@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.e2e.test_content_repair import created, downstream, repair
-from tests.helpers import cluster_body
+from tests.helpers import cluster_body, rule_body
 from tooling.pair import start_pair
 
 CLUSTERS = "/v1/clusters"
@@ -80,6 +80,28 @@ def test_a_retry_never_deletes_another_teams_object_under_a_failed_rows_id(pair)
     assert pair.internal("GET", f"{CLUSTERS}/{x}").status_code == 200
     sync_state, reason = state(pair, "clusters", x)
     assert sync_state == "failed" and "409 id_conflict" in reason
+
+
+def test_a_retry_of_a_cluster_that_stays_failed_leaves_its_rules_failed_never_stranded_pending(pair):
+    """A subtree goes back in line only with its root: the cluster is left failed (another team
+    holds its ID), so its rule stays failed, saying why, instead of waiting for a parent that is
+    never pushed."""
+    pair.stop_cluster_svc()
+    try:
+        x = pair.api("POST", CLUSTERS, json=cluster_body(name="mine-with-a-rule")).json()["id"]
+        rule = pair.api("POST", f"{CLUSTERS}/{x}/firewall-rules", json=rule_body()).json()["id"]
+    finally:
+        pair.restart_cluster_svc()
+    another_teams_cluster(pair, x)
+    reconcile(pair)
+    assert state(pair, "firewall_rules", rule)[0] == "failed"
+
+    out = retry_failed(pair, "--id", x)
+    reconcile(pair)
+
+    assert f"left failed {x}" in out and f"left failed {rule}: not retried: its cluster {x} is failed" in out, out
+    assert state(pair, "clusters", x)[0] == "failed"
+    assert state(pair, "firewall_rules", rule)[0] == "failed"  # not pending behind a parent never pushed
 
 
 def test_a_row_deleted_downstream_never_reads_synced_and_its_way_out_leaves_both_sides_deleted(pair):
