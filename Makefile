@@ -14,7 +14,7 @@ HA_VENV   := .venv-ha
 HA_STAMP  := $(HA_VENV)/.installed
 HA_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) $(PYTHON))
 
-.PHONY: run run-ha test test-scale clean bench chaos
+.PHONY: run run-ha test test-scale clean bench chaos psql-platform psql-cluster
 
 # The Debian packages each of test, test-scale and run-ha needs (tooling/packages.py, the
 # one list; .ci/run gets them through make test and make test-scale): installed with
@@ -27,6 +27,12 @@ $(PACKAGE_TARGETS):
 
 run: $(STAMP)
 	$(BIN)/python -m tooling.devrun
+
+# A psql shell on the database `make run` serves (its URL from .dev/env, without +psycopg2).
+psql-platform: $(STAMP)
+	$(BIN)/python -m tooling.psql PLATFORM_DATABASE_URL
+psql-cluster: $(STAMP)
+	$(BIN)/python -m tooling.psql CLUSTER_DATABASE_URL
 
 # The production shape on this machine (docs/scale-out.md): etcd, two Patroni
 # clusters, HAProxy, PgBouncer, 2 replicas of each service, 2 reconcilers.

@@ -127,9 +127,14 @@ def _manager(env: dict[str, str]) -> _Manager:
 def _dev_token() -> str:
     """A token kept in .dev/ so curl sessions keep working across restarts."""
     path = DEV / "internal_token"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(24))
-    return path.read_text().strip()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # readable by its owner only, as .dev/env (also when it was there already)
+    with os.fdopen(fd, "r+") as token_file:
+        token = token_file.read().strip()
+        if not token:
+            token = secrets.token_urlsafe(24)
+            token_file.write(token)
+    return token
 
 
 def _write_env_file(env: dict[str, str]) -> None:

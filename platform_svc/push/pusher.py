@@ -269,14 +269,16 @@ class Pusher:
         with self.database.begin() as db_session:
             count = fail_waiting_descendants(db_session=db_session, resource=resource, ids=failed)
         if count:
-            log.info("%d rows under %d failed %ss failed with them", count, len(failed), resource.words)
+            log.warning("%d rows under %d failed %ss failed with them", count, len(failed), resource.words)
         return count
 
     def _pushed(self, resource: Resource, row: RowMapping, answer: Answer, change: Change) -> None:
         """Every row pushed, inline or by the reconciler, alone or in a batch, passes here once,
         judged: its outcome is counted, and logged unless done."""
         count_push(resource.label, answer.operation, answer.outcome)
-        if answer.outcome is not Outcome.DONE:
+        if answer.outcome is Outcome.PERMANENT:  # the row fails for good: a person has to look
+            log.warning("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
+        elif answer.outcome is not Outcome.DONE:
             log.info("push of %s %s: %s (%s)", resource.words, row["id"], answer.outcome.value, answer.reason)
         elif change.kind == AHEAD:  # recorded as such: not confirmed, pushed again above cluster_svc's generation
             count_repair(resource.label, "ahead")

@@ -124,8 +124,11 @@ def test_the_readme_walkthrough_commands_work_after_sourcing_what_make_run_wrote
 
     with make_run(pg_server_url, tmp_path) as run:
         env_file = run.folder / ".dev" / "env"
-        assert oct(env_file.stat().st_mode & 0o777) == oct(0o600)  # it holds the token
+        for secret in (env_file, run.folder / ".dev" / "internal_token"):
+            assert oct(secret.stat().st_mode & 0o777) == oct(0o600), secret  # they hold the token
         printed = run.output()
+        shells = {name: run.shell(f"echo 'SELECT count(*) FROM clusters' | make -s psql-{name}")
+                  for name in ("platform", "cluster")}
         for command in commands:
             result = run.shell(f". .dev/env && {command}")
             assert result.returncode == 0, (command, result.stdout, result.stderr)
@@ -143,6 +146,8 @@ def test_the_readme_walkthrough_commands_work_after_sourcing_what_make_run_wrote
         assert python.returncode == 0, python.stdout + python.stderr
 
     assert (internal.returncode, internal.stdout) == (0, "200"), internal.stderr
+    for name, shell in shells.items():  # a psql shell on each database, as docs/operations.md says
+        assert shell.returncode == 0 and "count" in shell.stdout, (name, shell.stdout, shell.stderr)
     assert ". .dev/env" in printed
     for name in SETTINGS:  # printed too, for whoever prefers to paste them
         assert f"export {name}=" in printed
