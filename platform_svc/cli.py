@@ -2,6 +2,7 @@
 sync-status, create-operator, revoke-operator."""
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -154,11 +155,8 @@ def _echo_while_read(line: object) -> None:
 
 
 add_purge_command(
-    main,
-    help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.",
-    database_setting="PLATFORM_DATABASE_URL",
-    rows="Deleted rows",
-    purger=purger,
+    main, help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.",
+    database_setting="PLATFORM_DATABASE_URL", rows="Deleted rows", purger=purger,
 )
 
 
@@ -277,6 +275,24 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
     click.echo(f"account {account_id}: {'the default limit' if value is None else f'{value} requests per second'}")
 
 
+@main.command(help="Close a failed row whose ID cluster_svc holds for another's object: deleted here, never pushed.")
+@click.argument("resource_name", metavar="RESOURCE", type=click.Choice(_RESOURCE_NAMES))
+@click.argument("object_id", metavar="ID", type=click.UUID)
+@fail_fast
+def abandon(resource_name: str, object_id: uuid.UUID) -> None:
+    from platform_svc.operations.abandon import NotAbandoned, abandon as close
+    from shared.transport import ClientPolicy
+    settings, resource = Settings.from_env(), next(r for r in RESOURCES if r.segment == resource_name)
+    client = settings.client(ClientPolicy(pool_size=1))  # one call: the copy, to check it is not the platform's
+    try:
+        done = close(settings.database(), client, resource, object_id, by=f"{getpass.getuser()} (CLI)")
+    except NotAbandoned as exc:
+        sys.exit(f"platform-svc abandon: not abandoned: {exc}")
+    finally:
+        client.close()
+    click.echo(f"abandoned {resource.words} {object_id} ({done.rows} rows closed, its ID retired)")
+
+
 @main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")
 @click.option(
     "--retry-failed", is_flag=True,
@@ -286,12 +302,8 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 @click.option(
     "--resource", "resource_name", type=click.Choice(_RESOURCE_NAMES), help="With --retry-failed: only this resource's rows."
 )
-@click.option(
-    "--reason", help="With --retry-failed: only rows whose failure reason contains this text (any case)."
-)
-@click.option(
-    "--id", "object_id", type=click.UUID, help="With --retry-failed: only this object, and its failed children."
-)
+@click.option("--reason", help="With --retry-failed: only rows whose failure reason contains this text (any case).")
+@click.option("--id", "object_id", type=click.UUID, help="With --retry-failed: only this object and its failed children.")
 @click.option(
     "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per resource."
 )

@@ -118,6 +118,9 @@ class Synced:
     synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     sync_error: Mapped[str | None] = mapped_column(Text)
     sync_failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Closed by a person without being pushed (``platform-svc abandon``): deleted on the platform,
+    # its ID retired, and the copy under that ID in cluster_svc (another team's) never touched.
+    abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Replay bookkeeping: transient failures so far, when the next try is due,
     # and until when a pusher holds the row (so no two push it at once).
     attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))

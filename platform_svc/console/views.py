@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from platform_svc.console import auth, reads, throttle
 from platform_svc.console.runs import LeaseHeld, read_run, recent_runs
 from platform_svc.models import RESOURCES
+from platform_svc.operations.abandon import NotAbandoned, abandon
 from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.operations.retry import retry_failed
 from platform_svc.operations.status import format_age
@@ -183,6 +184,24 @@ def retry():
     return render_template(
         "console/retried.html", resource=resource, object_id=object_id, reason=reason, outcomes=outcomes
     )
+
+
+@blueprint.post("/abandon")
+def abandon_row():
+    """"Abandon" on a failed row whose ID cluster_svc holds for another's object: ``platform-svc
+    abandon``, the same code. The page says what was closed, or why nothing was."""
+    ctx = console()
+    resource = _resource_arg(request.form.get("resource"))
+    object_id = _uuid_arg(request.form.get("id"), "id")
+    if object_id is None:
+        abort(400, "Name the row (id) to abandon.")
+    try:
+        done, why = abandon(ctx.database, ctx.client, resource, object_id, by=f"{g.operator} (console)"), None
+    except NotAbandoned as exc:
+        done, why = None, str(exc)
+    log.warning("console: %s abandoned %s %s: %s", g.operator, resource.words, object_id,
+                f"{done.rows} rows closed" if done else f"refused ({why})")
+    return render_template("console/abandoned.html", resource=resource, object_id=object_id, done=done, why=why)
 
 
 # One object, both sides ------------------------------------------------------------------

@@ -150,8 +150,8 @@ def judge(
     horizon may have been purged by cluster_svc: its tombstone missing there is
     the bound holding, not drift.
     """
-    if row["sync_state"] != SyncState.SYNCED:
-        return None
+    if row["sync_state"] != SyncState.SYNCED or row.get("abandoned_at") is not None:
+        return None  # an abandoned row's ID is held by another's object, which repair never touches
     if theirs is not None and theirs["alive"] and resource is not None:
         if content.fixed_differing(resource, row, theirs["fields"]):
             return "diverged"

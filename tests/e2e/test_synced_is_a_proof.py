@@ -104,6 +104,49 @@ def test_a_retry_of_a_cluster_that_stays_failed_leaves_its_rules_failed_never_st
     assert state(pair, "firewall_rules", rule)[0] == "failed"  # not pending behind a parent never pushed
 
 
+def test_an_id_conflict_is_closed_by_abandoning_it_with_no_one_elses_help_and_stays_closed(pair):
+    """The way out of an ``id_conflict`` that needs no cooperation: ``abandon`` deletes the object
+    on the platform and closes it (and its rule) without pushing; the other team's object is never
+    touched, and neither repair nor the reconciler fails the row again."""
+    pair.stop_cluster_svc()
+    try:
+        x = pair.api("POST", CLUSTERS, json=cluster_body(name="mine-abandoned")).json()["id"]
+        rule = pair.api("POST", f"{CLUSTERS}/{x}/firewall-rules", json=rule_body()).json()["id"]
+    finally:
+        pair.restart_cluster_svc()
+    theirs = another_teams_cluster(pair, x)
+    reconcile(pair)
+    assert "409 id_conflict" in state(pair, "clusters", x)[1]
+
+    closed = pair.cli("abandon", "clusters", x)
+    assert closed.returncode == 0 and f"abandoned cluster {x} (2 rows closed" in closed.stdout, closed.stderr
+    repair(pair)
+    reconcile(pair)
+
+    for table, object_id in (("clusters", x), ("firewall_rules", rule)):
+        row = pair.platform_rows(table)[object_id]
+        assert (row["sync_state"], row["deleted_at"] is not None, row["abandoned_at"] is not None) == (
+            "synced", True, True), table
+        assert "abandoned by" in row["sync_error"] and "id_conflict" in row["sync_error"]
+    kept = pair.cluster_row("clusters", x)
+    assert kept["deleted_at"] is None and str(kept["team_id"]) == theirs["team_id"] and kept["name"] == "theirs"
+    assert pair.api("GET", f"{CLUSTERS}/{x}").status_code == 410  # deleted for the platform's user
+    again = pair.cli("abandon", "clusters", x)
+    assert again.returncode == 1 and "is synced, not failed" in again.stderr
+
+
+def test_abandon_refuses_a_row_whose_copy_downstream_is_the_platforms_own(pair):
+    x = created(pair, CLUSTERS, cluster_body(name="mine-not-abandoned"))
+    with pair.platform_engine.begin() as conn:  # failed for a reason that is not cluster_svc's copy
+        conn.exec_driver_sql("UPDATE clusters SET sync_failed_at = now(), sync_error = 'test' WHERE id = %s", (x,))
+
+    refused = pair.cli("abandon", "clusters", x)
+
+    assert refused.returncode == 1 and "is the platform's own object" in refused.stderr, refused.stderr
+    assert state(pair, "clusters", x)[0] == "failed"
+    assert pair.cluster_row("clusters", x)["deleted_at"] is None
+
+
 def test_a_row_deleted_downstream_never_reads_synced_and_its_way_out_leaves_both_sides_deleted(pair):
     """Case 2: a cluster deleted with cluster_svc's internal DELETE is found by repair; a retry does
     not make it ``synced`` (nothing can re-create it); deleting it on the platform, then retrying
