@@ -15,6 +15,7 @@ import click
 
 from platform_svc import MAX_RATE_LIMIT, Settings, create_app
 from platform_svc.models import RESOURCES
+from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.purge import purger
 from platform_svc.reconciler.settings import ReconcilerSettings
 from shared import config
@@ -112,15 +113,15 @@ def repair(dry_run: bool, page_size: int) -> None:
     from shared.transport import ClientPolicy
 
     settings = Settings.from_env()
-    repairer = Repairer(
-        settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size, horizon=settings.horizon
-    )
+    repairer = Repairer(settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size,
+                        horizon=settings.horizon)
     try:
         report = repairer.run(dry_run=dry_run, on_finding=_echo_while_read)
     except (RepairError, OperationalError) as exc:
         click.echo(f"platform-svc repair: stopped: {str(exc).splitlines()[0]}", err=True)
         sys.exit(1)
     _echo_while_read(report.summary(dry_run=dry_run))
+    record_pass(repairer.database, "repair", f"{this_process()} (CLI)", report.summary(dry_run=dry_run))
 
 
 def _retry_failed(
@@ -157,6 +158,7 @@ def _echo_while_read(line: object) -> None:
 add_purge_command(
     main, help="Remove deleted rows whose delete cluster_svc confirmed and whose ID is past the horizon.",
     database_setting="PLATFORM_DATABASE_URL", rows="Deleted rows", purger=purger,
+    recorded=lambda database, summary: record_pass(database, "purge", f"{this_process()} (CLI)", summary),
 )
 
 
@@ -280,13 +282,13 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 @click.argument("object_id", metavar="ID", type=click.UUID)
 @fail_fast
 def abandon(resource_name: str, object_id: uuid.UUID) -> None:
-    from platform_svc.operations.abandon import NotAbandoned, abandon as close
+    from platform_svc.operations import abandon as abandoning
     from shared.transport import ClientPolicy
     settings, resource = Settings.from_env(), next(r for r in RESOURCES if r.segment == resource_name)
     client = settings.client(ClientPolicy(pool_size=1))  # one call: the copy, to check it is not the platform's
     try:
-        done = close(settings.database(), client, resource, object_id, by=f"{getpass.getuser()} (CLI)")
-    except NotAbandoned as exc:
+        done = abandoning.abandon(settings.database(), client, resource, object_id, by=f"{getpass.getuser()} (CLI)")
+    except abandoning.NotAbandoned as exc:
         sys.exit(f"platform-svc abandon: not abandoned: {exc}")
     finally:
         client.close()

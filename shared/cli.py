@@ -164,13 +164,15 @@ def add_purge_command(
     rows: str,
     purger: Callable[..., Purger],
     repeat: bool = False,
+    recorded: Callable[[Database, str], None] | None = None,
 ) -> None:
     """Give a service's command group its ``purge`` command (described by ``help``): one pass
     over the database named by ``database_setting``, in windows of ``--batch`` ``rows``.
 
     ``purger(database, horizon, batch=batch)`` builds the service's purger
     when the command runs. With ``repeat``, ``--every SECONDS`` runs a pass
-    every so often until SIGTERM or Ctrl-C.
+    every so often until SIGTERM or Ctrl-C. ``recorded(database, summary)``, when
+    given, hears of each pass's summary line (platform_svc keeps the last for its console).
     """
     every_option = click.option(
         "--every", type=click.FloatRange(min=0.01), default=None,
@@ -188,11 +190,17 @@ def add_purge_command(
     def purge_command(dry_run: bool, batch: int, every: float | None = None) -> None:
         database = Database(database_url(database_setting), pool_size=1)
         passes = purger(database, Horizon.from_env(), batch=batch)
+
+        def report(done: Any) -> None:
+            click.echo(done.summary())
+            if recorded is not None:
+                recorded(database, done.summary())
+
         if every is None:
-            click.echo(passes.run(dry_run=dry_run).summary())
+            report(passes.run(dry_run=dry_run))
             return
         configure_logging("purge")
-        run_every(passes, every, stop_on_signals(), lambda report: click.echo(report.summary()), dry_run=dry_run)
+        run_every(passes, every, stop_on_signals(), report, dry_run=dry_run)
 
 
 class _Gunicorn(BaseApplication):

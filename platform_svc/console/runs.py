@@ -130,8 +130,9 @@ class RepairRuns:
                 )
         except Exception:  # noqa: BLE001 (the row then reads as stalled: the page says so)
             log.exception("console repair run %s: its end could not be recorded", run_id)
-        if summary and not dry_run and leadership is not None:
-            record_pass(self.database, "repair", leadership.holder, summary)
+        if summary:  # dry runs too: the overview's line says which it was
+            record_pass(self.database, "repair", leadership.holder if leadership is not None
+                        else f"{this_process()} (console)", summary)
 
     def _progress(self, run_id: uuid.UUID, *, compared: int, findings: list[dict[str, Any]]) -> None:
         table = RepairRun.__table__

@@ -162,7 +162,7 @@ def rows():
         reasons = reads.failure_reasons(db_session=db_session, resource=resource)
     return render_template(
         "console/rows.html", resource=resource, rows=found, next_after=next_after, state=state, reason=reason,
-        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account,
+        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account, now=datetime.now(timezone.utc),
     )
 
 

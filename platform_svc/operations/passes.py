@@ -1,7 +1,8 @@
 """The last pass of each kind, for the console's overview: one row per kind in ``passes``.
 
-The reconciler's push bursts, the leader's repair and purge passes and repair runs
-started from the console each overwrite their kind's row as they end: one small
+The reconciler's push bursts, the leader's repair and purge passes, ``platform-svc
+repair`` and ``purge`` run by hand, and repair runs started from the console (dry runs
+too: their summary says so) each overwrite their kind's row as they end: one small
 autocommit UPSERT per pass, not a history (the logs keep that). A failure to
 record is one warning line: it never stops the work it describes.
 """

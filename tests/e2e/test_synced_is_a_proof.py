@@ -248,3 +248,14 @@ def test_a_rule_moved_under_another_cluster_is_not_deleted_by_its_old_path(pair)
     assert sync_state == "failed" and "409 id_conflict" in reason, reason
     moved = pair.cluster_row("firewall_rules", rule)
     assert moved["deleted_at"] is None and str(moved["cluster_id"]) == b
+
+
+def test_a_repair_and_a_purge_run_by_hand_are_the_last_passes_the_console_shows(pair):
+    repair(pair)
+    purged = pair.cli("purge")
+    assert purged.returncode == 0, purged.stderr
+
+    with pair.platform_engine.connect() as conn:
+        passes = {row.name: row for row in conn.exec_driver_sql("SELECT name, holder, summary FROM passes")}
+    for kind in ("repair", "purge"):
+        assert passes[kind].holder.endswith("(CLI)") and passes[kind].summary, kind
