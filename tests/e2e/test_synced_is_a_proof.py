@@ -82,18 +82,25 @@ def test_a_retry_never_deletes_another_teams_object_under_a_failed_rows_id(pair)
     assert sync_state == "failed" and "409 id_conflict" in reason
 
 
+def taken_with_a_rule(pair, name):
+    """A cluster and its rule created while cluster_svc is down, its ID then taken there by another
+    team, and the reconciler run: the cluster fails with 409 id_conflict, its rule with it."""
+    pair.stop_cluster_svc()
+    try:
+        x = pair.api("POST", CLUSTERS, json=cluster_body(name=name)).json()["id"]
+        rule = pair.api("POST", f"{CLUSTERS}/{x}/firewall-rules", json=rule_body()).json()["id"]
+    finally:
+        pair.restart_cluster_svc()
+    theirs = another_teams_cluster(pair, x)
+    reconcile(pair)
+    return x, rule, theirs
+
+
 def test_a_retry_of_a_cluster_that_stays_failed_leaves_its_rules_failed_never_stranded_pending(pair):
     """A subtree goes back in line only with its root: the cluster is left failed (another team
     holds its ID), so its rule stays failed, saying why, instead of waiting for a parent that is
     never pushed."""
-    pair.stop_cluster_svc()
-    try:
-        x = pair.api("POST", CLUSTERS, json=cluster_body(name="mine-with-a-rule")).json()["id"]
-        rule = pair.api("POST", f"{CLUSTERS}/{x}/firewall-rules", json=rule_body()).json()["id"]
-    finally:
-        pair.restart_cluster_svc()
-    another_teams_cluster(pair, x)
-    reconcile(pair)
+    x, rule, _ = taken_with_a_rule(pair, "mine-with-a-rule")
     assert state(pair, "firewall_rules", rule)[0] == "failed"
 
     out = retry_failed(pair, "--id", x)
@@ -108,14 +115,7 @@ def test_an_id_conflict_is_closed_by_abandoning_it_with_no_one_elses_help_and_st
     """The way out of an ``id_conflict`` that needs no cooperation: ``abandon`` deletes the object
     on the platform and closes it (and its rule) without pushing; the other team's object is never
     touched, and neither repair nor the reconciler fails the row again."""
-    pair.stop_cluster_svc()
-    try:
-        x = pair.api("POST", CLUSTERS, json=cluster_body(name="mine-abandoned")).json()["id"]
-        rule = pair.api("POST", f"{CLUSTERS}/{x}/firewall-rules", json=rule_body()).json()["id"]
-    finally:
-        pair.restart_cluster_svc()
-    theirs = another_teams_cluster(pair, x)
-    reconcile(pair)
+    x, rule, theirs = taken_with_a_rule(pair, "mine-abandoned")
     assert "409 id_conflict" in state(pair, "clusters", x)[1]
 
     closed = pair.cli("abandon", "clusters", x)
