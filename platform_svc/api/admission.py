@@ -1,6 +1,6 @@
 """Admitting a public request with no database round trip of its own (docs/decisions/0018).
 
-Each web worker keeps a copy of the keys it has seen (:class:`KeyCopies`) and
+Each web worker keeps a copy of the keys it has seen (:class:`Key`) and
 spends tokens it leased from its account's one-second window (:class:`Budget`);
 in the steady state a request is checked and counted in memory. The database
 is consulted a bounded number of times a second per worker, whatever the
@@ -98,6 +98,16 @@ RETURNING w.used, extract(epoch FROM w.window_start + interval '{WINDOW_SECONDS}
 """).bindparams(bindparam("account_id"), bindparam("n"))
 
 
+def rate_limit_fields(limit: int, *, remaining: int, reset: int) -> dict[str, str]:
+    """The rate-limit fields of the IETF httpapi draft (RateLimit-Limit, -Remaining, -Reset, -Policy)."""
+    return {
+        "RateLimit-Limit": str(limit),
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": str(reset),
+        "RateLimit-Policy": f"{limit};w={WINDOW_SECONDS}",
+    }
+
+
 @dataclass(frozen=True)
 class Admission:
     """A request let in: its account, and where the account stands in its window."""
@@ -108,13 +118,7 @@ class Admission:
     reset: float  # seconds until the window ends
 
     def headers(self) -> dict[str, str]:
-        """The rate-limit fields of the IETF httpapi draft (RateLimit-Limit, -Remaining, -Reset, -Policy)."""
-        return {
-            "RateLimit-Limit": str(self.limit),
-            "RateLimit-Remaining": str(self.remaining),
-            "RateLimit-Reset": str(self.reset_seconds),
-            "RateLimit-Policy": f"{self.limit};w={WINDOW_SECONDS}",
-        }
+        return rate_limit_fields(self.limit, remaining=self.remaining, reset=self.reset_seconds)
 
     @property
     def reset_seconds(self) -> int:
@@ -181,23 +185,21 @@ class Authenticator:
         if not secret or not (key_id.isascii() and key_id.isalnum() and len(key_id) <= 32):
             return None
         held = self._keys.get(key_id)
-        if held is not None and held.matches(secret) and self._spent(held):
-            self._refuse(self._budgets[held.account_id])  # refused either way: no refresh, no statement
-        if self.clock() - self._refreshed >= REFRESH_SECONDS:
+        if held is not None and held.matches(secret):
+            if self._spent(held):
+                self._refuse(self._budgets[held.account_id])  # refused either way: no refresh, no statement
+            if self.clock() >= held.touch_due:  # its last use is written by the refresh below
+                held.touch_due = self.clock() + TOUCH_SECONDS
+                self._touch.add(key_id)
+        if self._touch or self.clock() - self._refreshed >= REFRESH_SECONDS:
             self._refresh()
-        if key_id in self._keys:
+        if key_id in self._keys:  # as the refresh left it: a revoked key is None now
             self._keys.move_to_end(key_id)
             key = self._keys[key_id]
         else:
             key = self._look_up(key_id)
         if key is None or not key.matches(secret):
             return None
-        if self.clock() >= key.touch_due:
-            key.touch_due = self.clock() + TOUCH_SECONDS
-            self._touch.add(key_id)
-            self._refresh()
-            if self._keys.get(key_id, key) is not key:
-                return None  # revoked, as that refresh found
         return self._spend(key)
 
     # Keys ------------------------------------------------------------------------------
@@ -214,20 +216,20 @@ class Authenticator:
             generation = self._read(ids=[], touch=touch)[0].generation
             self._touch.difference_update(touch)
             if generation != self._generation:
-                self._reload(started)
+                self._reload()
             self._refreshed = started
 
-    def _reload(self, started: float) -> None:
+    def _reload(self) -> None:
         held = [key_id for key_id, key in self._keys.items() if key is not None]
         rows = self._read(ids=held, touch=[])
         found = {row.key_id: row for row in rows if row.key_id is not None}
-        for key_id in list(self._keys):
-            row, key = found.get(key_id), self._keys[key_id]
+        for key_id, key in list(self._keys.items()):
+            row = found.get(key_id)
             if key is None:
                 del self._keys[key_id]  # it matched nothing; a key may have come since
-            elif row is None:
+                continue
+            if row is None:
                 self._keys[key_id] = None  # revoked or removed: it never matches again
-            if row is None or key is None:
                 continue
             if (row.account_id, row.rate_limit) != (key.account_id, key.rate_limit):
                 self._budgets.pop(key.account_id, None)  # a new limit applies from the next lease
@@ -291,10 +293,7 @@ class Authenticator:
         raise TooManyRequests(
             f"This account may make {budget.limit} requests per second; this one came after"
             f" {budget.limit} in its second, and was answered when that second ended: try again now.",
-            headers={
-                "Retry-After": "0", "RateLimit-Limit": str(budget.limit), "RateLimit-Remaining": "0",
-                "RateLimit-Reset": "0", "RateLimit-Policy": f"{budget.limit};w={WINDOW_SECONDS}",
-            },
+            headers={"Retry-After": "0", **rate_limit_fields(budget.limit, remaining=0, reset=0)},
         )
 
     def _lease(self, budget: Budget, account_id: uuid.UUID) -> None:
