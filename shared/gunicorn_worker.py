@@ -257,7 +257,7 @@ class ProblemGeventWorker(GeventWorker):
         excess = self._open - self._room
         if excess <= 0:
             return
-        for greenlet, wait in list(self._waiting.items()):
+        for greenlet, wait in self._waiting.items():  # end_now changes nothing here until the hub runs
             if excess <= 0:
                 break
             if not wait.ending:
