@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, func, select, update
 
 from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.push import content
@@ -59,19 +59,21 @@ def abandon(database: Database, client: InternalClient, resource: Resource, obje
             f"cluster_svc's {object_id} is the platform's own object: abandoning would leave it there for good."
             " Delete it on the platform, then retry it"
         )
-    closed = 0
-    with database.begin() as db_session:
-        for target in (resource, *resource.descendants):
-            t = target.table
-            chosen = t.c.id == object_id if target is resource else t.c[resource.id_column] == object_id
-            closed += db_session.execute(
-                update(t).where(chosen, or_(t.c.id != object_id, t.c.sync_failed_at == row["sync_failed_at"]))
-                .values(
-                    deleted_at=func.coalesce(t.c.deleted_at, func.now()), delete_synced_at=func.now(),
-                    sync_failed_at=None, lease_until=None, abandoned_at=func.now(), updated_at=func.now(),
-                    sync_error=func.concat(f"abandoned by {by}; it failed with: ", func.coalesce(t.c.sync_error, "-")),
-                )
-            ).rowcount
-    if closed == 0:
-        raise NotAbandoned(f"{resource.words} {object_id} changed meanwhile; nothing changed, look again")
+    with database.begin() as db_session:  # the row first: its descendants only if it was still as read
+        closed = _close(db_session, resource, resource.table.c.sync_failed_at == row["sync_failed_at"],
+                        resource.table.c.id == object_id, by=by)
+        if closed == 0:
+            raise NotAbandoned(f"{resource.words} {object_id} changed meanwhile; nothing changed, look again")
+        for descendant in resource.descendants:
+            closed += _close(db_session, descendant, descendant.table.c[resource.id_column] == object_id, by=by)
     return Abandoned(resource, object_id, closed)
+
+
+def _close(db_session: Connection, resource: Resource, *chosen: ColumnElement[bool], by: str) -> int:
+    """Delete the rows chosen and close them as never pushed; how many."""
+    t = resource.table
+    return db_session.execute(update(t).where(*chosen).values(
+        deleted_at=func.coalesce(t.c.deleted_at, func.now()), delete_synced_at=func.now(),
+        sync_failed_at=None, lease_until=None, abandoned_at=func.now(), updated_at=func.now(),
+        sync_error=func.concat(f"abandoned by {by}; it failed with: ", func.coalesce(t.c.sync_error, "-")),
+    )).rowcount
