@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection, case, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
 from platform_svc.models import RESOURCES, Account, Lease, Pass
@@ -93,6 +93,11 @@ def last_passes(*, db_session: Connection) -> dict[str, Row]:
 # Rows that need a person ------------------------------------------------------------------
 
 
+def due(table: Any) -> Any:
+    """The column ``due``: whether the row's next try has come, on the database's clock."""
+    return (table.c.next_attempt_at <= func.now()).label("due")
+
+
 LABELS = ("name", "description")  # the first of these fields a resource has names its rows on a page
 
 
@@ -124,6 +129,7 @@ def rows_needing_a_person(
         table.c.next_attempt_at,
         table.c.deleted_at,
         (func.now() - func.coalesce(table.c.sync_failed_at, table.c.updated_at)).label("age"),
+        due(table),
         table.c.account_id,
         Account.name.label("account_name"),
         next((table.c[name] for name in LABELS if name in table.c), literal(None)).label("label"),
@@ -186,9 +192,16 @@ class BothSides:
     children: list[tuple[Resource, Sequence[RowMapping]]] = field(default_factory=list)
 
 
-def platform_row(*, db_session: Connection, resource: Resource, object_id: uuid.UUID) -> RowMapping | None:
+def platform_row(
+    *, db_session: Connection, resource: Resource, object_id: uuid.UUID, stalled_after: timedelta
+) -> RowMapping | None:
+    """The row, with ``shown_state`` (its state as every page counts it: pending long enough is
+    stalled) and ``due`` (its next try has come), both on the database's clock."""
     table = resource.table
-    return db_session.execute(select(table).where(table.c.id == object_id)).mappings().first()
+    shown = case((stalled(table, stalled_after), literal(SyncState.STALLED.value)), else_=table.c.sync_state)
+    return db_session.execute(
+        select(table, shown.label("shown_state"), due(table)).where(table.c.id == object_id)
+    ).mappings().first()
 
 
 def children_of(

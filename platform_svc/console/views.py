@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from flask import Blueprint, abort, current_app, g, redirect, render_template, request, url_for
 from werkzeug.exceptions import HTTPException
@@ -162,7 +162,7 @@ def rows():
         reasons = reads.failure_reasons(db_session=db_session, resource=resource)
     return render_template(
         "console/rows.html", resource=resource, rows=found, next_after=next_after, state=state, reason=reason,
-        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account, now=datetime.now(timezone.utc),
+        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account,
     )
 
 
@@ -213,7 +213,8 @@ def object_page(segment: str, object_id: str):
     resource = _resource_arg(segment)
     parsed = _uuid_arg(object_id, "The object's ID")
     with ctx.database.engine.connect() as db_session:
-        row = reads.platform_row(db_session=db_session, resource=resource, object_id=parsed)
+        row = reads.platform_row(db_session=db_session, resource=resource, object_id=parsed,
+                                 stalled_after=ctx.stalled_after)
         if row is None:
             abort(404, f"The platform has no {resource.words} {parsed}.")
         children = reads.children_of(db_session=db_session, resource=resource, object_id=parsed)
@@ -224,22 +225,7 @@ def object_page(segment: str, object_id: str):
         sides.unreadable = str(exc)
     sides.fields, sides.finding = reads.compare_sides(resource, row, sides.theirs, ctx.horizon,
                                                       known=sides.unreadable is None)
-    return render_template("console/object.html", sides=sides, resource=resource, row=row, **_schedule(row))
-
-
-def _schedule(row) -> dict:
-    """The row's state as every other page counts it (pending long enough is stalled), and its next
-    try: only for a row that will be tried, and never a time already past."""
-    now = datetime.now(timezone.utc)
-    pending = row["sync_state"] == SyncState.PENDING
-    shown = SyncState.STALLED if pending and now - row["updated_at"] > console().stalled_after else row["sync_state"]
-    if not pending:
-        next_try = "none: it is not waiting for a push"
-    elif row["next_attempt_at"] <= now:
-        next_try = "due now"
-    else:
-        next_try = row["next_attempt_at"].strftime("%Y-%m-%d %H:%M:%S UTC")
-    return {"shown_state": shown, "next_try": next_try}
+    return render_template("console/object.html", sides=sides, resource=resource, row=row)
 
 
 # Repair ----------------------------------------------------------------------------------

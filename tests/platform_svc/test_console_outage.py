@@ -7,6 +7,7 @@ import socket
 import time
 
 import pytest
+from sqlalchemy import text
 
 from platform_svc.console import CONSOLE_POLICY
 from platform_svc.models import RESOURCES
@@ -45,3 +46,19 @@ def test_an_object_page_during_an_outage_shows_the_platform_side_and_says_cluste
     assert all(f"<th>{name}</th>" in text for name in content.compared(RESOURCES.by_table("clusters")))
     assert "did not answer" in text and "no row" not in text and "holds none" not in text  # ...theirs unknown
     assert text.count("cluster_svc did not answer:") == 1  # the cause once, not twice
+
+
+def test_an_object_page_counts_a_long_pending_row_as_stalled_and_its_past_next_try_as_due_now(
+    silent_app, platform_database, platform_engine, operator  # noqa: F811
+):
+    _, api_key = make_account(platform_database, "stalled page")
+    created = authed_client(silent_app, api_key).post("/v1/clusters", json=cluster_body(name="waiting-long"))
+    with platform_engine.begin() as conn:  # pending for an hour, its next try a minute ago (the rows page's stalled)
+        conn.execute(text("UPDATE clusters SET updated_at = now() - interval '1 hour',"
+                          " next_attempt_at = now() - interval '1 minute' WHERE id = :id"), {"id": created.json["id"]})
+    browser, _ = logged_in(silent_app, operator)
+
+    text_ = browser.get(f"/console/objects/clusters/{created.json['id']}").get_data(as_text=True)
+
+    assert '<span class="state stalled">stalled</span>' in text_
+    assert "next try due now" in text_
