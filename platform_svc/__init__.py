@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.api import admission, auth
     from platform_svc.api.views import blueprint
     from platform_svc.operations.metrics import SyncRowsCollector
+    from platform_svc.operations.sightings import Sightings
     from platform_svc.push.breaker import CircuitBreaker
     from platform_svc.push.pusher import Pusher
     from shared.api import create_service_app
@@ -73,8 +74,10 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
     app.extensions["horizon"] = settings.horizon
     app.extensions["clock"] = clock
+    sightings = Sightings(database, "web")  # what this worker's calls saw of cluster_svc, for the console
     app.extensions["pusher"] = Pusher(
-        database, settings.client(INLINE_POLICY), breaker=breaker, horizon=settings.horizon, clock=clock
+        database, sightings.watching(settings.client(INLINE_POLICY)), breaker=breaker, horizon=settings.horizon,
+        clock=clock,
     )
     app.extensions["inline_lease"] = settings.inline_lease
     app.extensions["authenticator"] = authenticator
@@ -82,7 +85,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     app.after_request(auth.rate_limit_headers)
     api.register_blueprint(blueprint())
     console.register_console(
-        app, database=database, client=settings.client(console.CONSOLE_POLICY), breaker=breaker,
+        app, database=database, client=sightings.watching(settings.client(console.CONSOLE_POLICY)), breaker=breaker,
         horizon=settings.horizon,
     )
     return app

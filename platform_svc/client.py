@@ -30,8 +30,7 @@ from typing import Any
 
 import uuid6
 
-from shared.service_client import ServiceClient, with_query
-from shared.service_client import ClientError, NoAnswer, ProblemError  # noqa: F401 (raised to the caller)
+from shared.service_client import ClientError, NoAnswer, ProblemError, ServiceClient, with_query  # noqa: F401 (raised to the caller)
 
 __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
 

@@ -172,7 +172,7 @@ class FirewallRule(Object, declares=contract.FIREWALL_RULE):
 
 class Lease(Base):
     """A lease at most one process holds at a time, by name (``repair``: the reconciler that runs the
-    periodic passes; see :class:`platform_svc.reconciler.leadership.Leadership`). Taken and renewed on the database's
+    periodic passes; see :class:`platform_svc.operations.leadership.Leadership`). Taken and renewed on the database's
     clock: ``expires_at`` is set from its ``now()``, never from a process's."""
 
     __tablename__ = "leases"
@@ -250,6 +250,21 @@ class Pass(Base):
     summary: Mapped[str] = mapped_column(Text)
 
 
+class Sighting(Base):
+    """Whether cluster_svc served this process's last call (``served``), what that call and its
+    answer were, when it was seen, and since when it has been so: one row per process
+    (:mod:`platform_svc.operations.sightings`), what the console's overview shows across processes."""
+
+    __tablename__ = "cluster_svc_sightings"
+
+    observer: Mapped[str] = mapped_column(Text, primary_key=True)  # host:pid
+    role: Mapped[str] = mapped_column(Text)  # web or reconciler
+    served: Mapped[bool] = mapped_column(Boolean)
+    what: Mapped[str] = mapped_column(Text)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class RepairRun(Base):
     """A repair pass started from the console, with its progress: objects compared so far out of
     ``total`` (the synced rows when it started), and the findings so far. Kept in the database so a
@@ -260,7 +275,7 @@ class RepairRun(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dry_run: Mapped[bool] = mapped_column(Boolean)
     operator: Mapped[str] = mapped_column(Text)
-    holder: Mapped[str] = mapped_column(Text)  # the process running it
+    holder: Mapped[str | None] = mapped_column(Text)  # the process running it; None: asked for, not yet claimed
     total: Mapped[int] = mapped_column(Integer)
     compared: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     findings: Mapped[list] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))

@@ -26,6 +26,8 @@ from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from shared.transport import RETRY_STATUSES, ClientPolicy, NoAnswer, Transport, encode, reason, send_in_batches
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from shared.clock import ClockWatch
 
 __all__ = [
@@ -90,6 +92,8 @@ class InternalClient:
         self.base_url = self.transport.base_url
         self.policy = policy
         self.clock: ClockWatch | None = None  # told every answer's Date, when set (platform_svc's pushers)
+        # Told whether cluster_svc served each call, and the call's line, when set (platform_svc's sightings).
+        self.seen: Callable[[bool, str], None] | None = None
 
     def create(self, path: str, body: dict[str, Any], *, deadline: float | None = None) -> Answer:
         return self.call(Operation.CREATE, "POST", path, body, deadline=deadline)
@@ -140,19 +144,26 @@ class InternalClient:
         try:
             reply = self.transport.send(method, path, body, deadline=deadline)
         except NoAnswer as exc:
-            return Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {exc.reason}", operation, body)
-        if self.clock is not None:
-            self.clock.observe_date(reply.headers.get("Date"), reply.sent_at, reply.received_at)
-        outcome = classify(operation, reply.status)
-        return Answer(outcome, reply.status, reply.body, reason(f"{method} {path}", reply.status, reply.body),
-                      operation, body)
+            answer = Answer(Outcome.TRANSIENT, None, None, f"{method} {path}: {exc.reason}", operation, body)
+        else:
+            if self.clock is not None:
+                self.clock.observe_date(reply.headers.get("Date"), reply.sent_at, reply.received_at)
+            outcome = classify(operation, reply.status)
+            answer = Answer(outcome, reply.status, reply.body, reason(f"{method} {path}", reply.status, reply.body),
+                            operation, body)
+        if self.seen is not None:
+            self.seen(not answer.unavailable, answer.reason)
+        return answer
 
     def probe(self, path: str, timeout: float = 1.0) -> bool:
         """Whether cluster_svc serves a cheap authenticated read of ``path`` (its database included) right now.
 
         One attempt, no retries: the caller asks again in a second anyway.
         """
-        return self.transport.probe(path, timeout)
+        served = self.transport.probe(path, timeout)
+        if self.seen is not None:
+            self.seen(served, f"GET {path}: {'served' if served else 'not served'} (a probe)")
+        return served
 
     def close(self) -> None:
         self.transport.close()

@@ -133,7 +133,7 @@ def _close_inside_a_transaction(context: Any) -> None:
     PgBouncer in transaction mode hands a server connection back to its pool when its client
     leaves it idle, read-only session and all, and drops it when the client leaves it in the
     middle of a transaction. A statement failing inside our transaction leaves it there already;
-    an autocommitted one (the lease renewals of :mod:`platform_svc.reconciler.leadership`) does
+    an autocommitted one (the lease renewals of :mod:`platform_svc.operations.leadership`) does
     not, and its read-only server connection would go on to fail every later statement that
     PgBouncer hands it to, however many client connections were discarded."""
     connection = context.connection

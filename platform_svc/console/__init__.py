@@ -3,7 +3,7 @@
 Pages served by platform_svc itself (:mod:`platform_svc.console.views`), read
 through the services the CLI uses (``sync-status``, ``--retry-failed``,
 ``repair``); its own credential and sessions (:mod:`platform_svc.console.auth`);
-repair runs watched from the page (:mod:`platform_svc.console.runs`).
+repair runs watched from the page (:mod:`platform_svc.operations.runs`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datetime import timedelta
 from flask import Flask
 
 from platform_svc.console import auth
-from platform_svc.console.runs import RepairRuns
+from platform_svc.operations.runs import RepairRuns
 from platform_svc.push.breaker import CircuitBreaker
 from shared.client import InternalClient
 from shared.db import Database

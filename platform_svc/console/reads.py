@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import Connection, case, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
-from platform_svc.models import RESOURCES, Account, Lease, Pass
+from platform_svc.models import RESOURCES, Account, Lease, Pass, Sighting
+from platform_svc.operations.leadership import LEASE_NAME
 from platform_svc.operations.repair import judge
 from platform_svc.operations.status import count_states
 from platform_svc.push import content
-from platform_svc.reconciler.leadership import LEASE_NAME
 from platform_svc.states import SHOWN, SyncState, stalled
 from shared.horizon import Horizon
 from shared.registry import Resource
@@ -61,15 +61,32 @@ class LeaseHolder:
     live: bool  # not expired (by the database's clock)
 
 
-def overview(
-    *, db_session: Connection, stalled_after: timedelta
-) -> tuple[list[ResourceCounts], LeaseHolder | None, dict[str, Row]]:
-    """Every resource's counts, who holds the lease on the periodic passes, and the last pass of each kind."""
+@dataclass(frozen=True)
+class Overview:
+    counts: list[ResourceCounts]
+    lease: LeaseHolder | None
+    passes: dict[str, Row]
+    sightings: Sequence[Row]  # each process's last sighting of cluster_svc, the latest first
+
+
+def overview(*, db_session: Connection, stalled_after: timedelta) -> Overview:
+    """Every resource's counts, who holds the lease on the periodic passes, the last pass of each
+    kind, and whether cluster_svc answered each process's last calls."""
     resources = []
     for resource in RESOURCES:
         counts, oldest = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
         resources.append(ResourceCounts(resource, counts, oldest))
-    return resources, lease_holder(db_session=db_session), last_passes(db_session=db_session)
+    return Overview(resources, lease_holder(db_session=db_session), last_passes(db_session=db_session),
+                    sightings(db_session=db_session))
+
+
+def sightings(*, db_session: Connection, limit: int = 10) -> Sequence[Row]:
+    """The ``limit`` processes that called cluster_svc last: whether it served them, how long ago, since when."""
+    table = Sighting.__table__
+    return db_session.execute(
+        select(table, (func.now() - table.c.seen_at).label("age"), (func.now() - table.c.since).label("for_"))
+        .order_by(table.c.seen_at.desc()).limit(limit)
+    ).all()
 
 
 def lease_holder(*, db_session: Connection) -> LeaseHolder | None:

@@ -16,11 +16,11 @@ from flask import Blueprint, abort, current_app, g, redirect, render_template, r
 from werkzeug.exceptions import HTTPException
 
 from platform_svc.console import auth, reads, throttle
-from platform_svc.console.runs import LeaseHeld, read_run, recent_runs
 from platform_svc.models import RESOURCES
 from platform_svc.operations.abandon import NotAbandoned, abandon
 from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.operations.retry import retry_failed
+from platform_svc.operations.runs import read_run, recent_runs
 from platform_svc.operations.status import format_age
 from platform_svc.states import SyncState
 
@@ -117,10 +117,10 @@ def not_found(unknown: str):
 def overview():
     ctx = console()
     with ctx.database.engine.connect() as db_session:
-        counts, lease, passes = reads.overview(db_session=db_session, stalled_after=ctx.stalled_after)
+        seen = reads.overview(db_session=db_session, stalled_after=ctx.stalled_after)
     return render_template(
-        "console/overview.html", counts=counts, lease=lease, passes=passes, breaker_open=ctx.breaker.is_open,
-        stalled_after=ctx.stalled_after,
+        "console/overview.html", counts=seen.counts, lease=seen.lease, passes=seen.passes, sightings=seen.sightings,
+        breaker_open=ctx.breaker.is_open, stalled_after=ctx.stalled_after,
     )
 
 
@@ -236,19 +236,16 @@ def repair():
     with console().database.engine.connect() as db_session:
         lease = reads.lease_holder(db_session=db_session)
         runs = recent_runs(db_session=db_session)
-    return render_template("console/repair.html", lease=lease, runs=runs, held=None)
+    return render_template("console/repair.html", lease=lease, runs=runs)
 
 
 @blueprint.post("/repair")
 def start_repair():
+    """A dry run starts here at once; a real run is asked of whoever holds the lease (this process
+    when it is free): the page of the run says which, and follows it."""
     ctx = console()
     dry_run = request.form.get("mode") != "repair"
-    try:
-        run_id = ctx.runs.start(operator=g.operator, dry_run=dry_run)
-    except LeaseHeld as held:
-        with ctx.database.engine.connect() as db_session:
-            runs = recent_runs(db_session=db_session)
-        return render_template("console/repair.html", lease=held.holder, runs=runs, held=held), 409
+    run_id = ctx.runs.start(operator=g.operator, dry_run=dry_run)
     log.info("console: %s started a repair %s (%s)", g.operator, "dry run" if dry_run else "run", run_id)
     return redirect(url_for("console.repair_run", run_id=run_id), code=303)
 
@@ -258,6 +255,7 @@ def repair_run(run_id: str):
     parsed = _uuid_arg(run_id, "The run's ID")
     with console().database.engine.connect() as db_session:
         run = read_run(db_session=db_session, run_id=parsed)
+        lease = reads.lease_holder(db_session=db_session)
     if run is None:
         abort(404, f"No repair run {parsed}.")
-    return render_template("console/run.html", run=run)
+    return render_template("console/run.html", run=run, lease=lease)

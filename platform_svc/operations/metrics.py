@@ -77,7 +77,7 @@ class LeaderCollector:
     lease of one that crashed runs out.
     """
 
-    def __init__(self, leadership: Any) -> None:  # a platform_svc.reconciler.leadership.Leadership
+    def __init__(self, leadership: Any) -> None:  # a platform_svc.operations.leadership.Leadership
         self.leadership = leadership
 
     def describe(self) -> Iterator[GaugeMetricFamily]:

@@ -5,7 +5,7 @@
 made of: its database pool, the :class:`~platform_svc.push.pusher.Pusher` (with the client policy
 of its pushes), the controller (:mod:`platform_svc.reconciler.controller`), the lease that makes
 one of several reconcilers the one running the periodic passes
-(:class:`~platform_svc.reconciler.leadership.Leadership`), those passes (drift repair, purge), its
+(:class:`~platform_svc.operations.leadership.Leadership`), those passes (drift repair, purge), its
 metrics endpoint and the signals that stop it. Then it runs them: :meth:`~ReconcilerProcess.drain`
 once (``reconcile --once``), or :meth:`~ReconcilerProcess.run` until stopped. It starts every
 thread the process runs beside the controller's own workers.
@@ -25,13 +25,15 @@ from typing import Any
 import click
 
 from platform_svc.operations.copies import RepairError
+from platform_svc.operations.leadership import Leadership
 from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.purge import purger
 from platform_svc.operations.repair import Repairer
+from platform_svc.operations.runs import RepairRuns
+from platform_svc.operations.sightings import Sightings
 from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import RetryPolicy
 from platform_svc.reconciler.controller import Reconciler, count_failed
-from platform_svc.reconciler.leadership import Leadership
 from platform_svc.reconciler.periodic import Periodic, run_periodically
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.settings import Settings
@@ -40,6 +42,8 @@ from shared.cli import stop_on_signals
 from shared.logs import configure_logging
 from shared.transport import ClientPolicy
 
+# How often the leader looks for repair runs asked for on the console.
+REQUESTED_RUNS_INTERVAL = 1.0
 # The periodic passes' thread gets this long to end its pass (after the page
 # at hand) and give the lease back once the reconciler has stopped.
 PERIODIC_JOIN_SECONDS = 60
@@ -77,8 +81,10 @@ class ReconcilerProcess:
         # A connection for each worker, the scheduler, the recovery watch, the
         # repair pass and the renewal of the lease.
         self.platform = dataclasses.replace(platform or Settings.from_env(), pool_size=settings.concurrency + 4)
+        database = self.platform.database()
+        self.sightings = Sightings(database, "reconciler")  # what its calls saw of cluster_svc, for the console
         self.pusher = Pusher(
-            self.platform.database(), self.platform.client(settings.client_policy()),
+            database, self.sightings.watching(self.platform.client(settings.client_policy())),
             RetryPolicy(max_delay=settings.max_backoff), horizon=self.platform.horizon,
         )
         self.leadership = Leadership(self.pusher.database, ttl=settings.leader_lease)
@@ -156,11 +162,13 @@ class ReconcilerProcess:
         self._stop.set()
 
     def _duties(self) -> list[Periodic]:
-        """The periodic passes whose interval is not 0, each with a client or database of its own making."""
+        """The periodic passes whose interval is not 0, each with a client or database of its own making;
+        and, when there is any, the console's real repair runs (which need the lease those passes hold)."""
         duties = []
         database, horizon = self.pusher.database, self.platform.horizon
+        client = self.sightings.watching(self.platform.client(ClientPolicy(pool_size=1)))
         if self.settings.repair_interval > 0:
-            repairer = Repairer(database, self.platform.client(ClientPolicy(pool_size=1)), horizon=horizon)
+            repairer = Repairer(database, client, horizon=horizon)
             duties.append(Periodic(
                 "repair", self.settings.repair_interval, lambda stop: repairer.run(stop=stop).summary(),
                 expected=(RepairError,),
@@ -170,6 +178,12 @@ class ReconcilerProcess:
             duties.append(
                 Periodic("purge", self.settings.purge_interval, lambda stop: purging.run(stop=stop).summary())
             )
+        if duties:
+            runs = RepairRuns(database, client, horizon)
+            duties.append(Periodic(
+                "asked-for repair", REQUESTED_RUNS_INTERVAL,
+                lambda stop: runs.run_requested(self.leadership, stop),  # each run records its own pass
+            ))
         return duties
 
     def _serve_metrics(self) -> None:

@@ -1,5 +1,5 @@
 """The leader's periodic passes: each duty (drift repair, purge) every interval, while this reconciler
-holds the lease (:class:`~platform_svc.reconciler.leadership.Leadership`).
+holds the lease (:class:`~platform_svc.operations.leadership.Leadership`).
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from platform_svc.operations.leadership import Leadership, WhileLeading
 from platform_svc.operations.passes import record_pass
-from platform_svc.reconciler.leadership import Leadership, WhileLeading
 from shared.errors import database_unavailable
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class Periodic:
 
     name: str
     interval: float
-    run: Callable[[Any], str]
+    run: Callable[[Any], str | None]  # None: nothing to say (the pass recorded itself, or there was nothing to do)
     expected: tuple[type[Exception], ...] = ()  # failures that need one line, not a traceback (cluster_svc away)
 
 
@@ -60,6 +60,8 @@ def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: t
             if not stop.is_set() and not leadership.holding():
                 log.warning("%s pass stopped: the lease could not be renewed in time", duty.name)
                 leadership.tell()
+                continue
+            if summary is None:
                 continue
             log.info("%s", summary)
             record_pass(leadership.database, duty.name, leadership.holder, summary)  # the console shows it

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from platform_svc.reconciler.leadership import LEASE_SECONDS
+from platform_svc.operations.leadership import LEASE_SECONDS
 from shared import config
 from shared.transport import ClientPolicy
 

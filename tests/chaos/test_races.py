@@ -16,9 +16,9 @@ from functools import partial
 
 import pytest
 
-from tooling.faultproxy import Fault
 from tests.chaos.convergence import read_audit, scenario_figures, updates_of
 from tests.chaos.harness import Burst, cluster_body, rule_body, rules_path
+from tooling.faultproxy import Fault
 from tooling.pair import expect
 
 

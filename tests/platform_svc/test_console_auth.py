@@ -201,7 +201,7 @@ def test_a_failure_is_grouped_by_text_retry_all_finds_again(error, reason):
 def test_a_dry_run_records_its_progress_page_by_page_and_its_findings(app, client, platform_database,
                                                                       downstream_engine):
     """What "compared N of M" reads, page after page, and the finding on the run's page at the end."""
-    from platform_svc.console.runs import RepairRuns, read_run
+    from platform_svc.operations.runs import RepairRuns, read_run
 
     made = [client.post("/v1/clusters", json=cluster_body(name=f"drifting-{i}")).get_json() for i in range(15)]
     assert {cluster["sync_state"] for cluster in made} == {"synced"}

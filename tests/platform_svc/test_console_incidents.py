@@ -1,14 +1,22 @@
-"""The console closes an ``id_conflict`` from the page: the object page says cluster_svc holds
-another's object (never that a repair would overwrite it), and "Abandon" closes the row without
-touching that object (platform_svc.operations.abandon; the CLI's own test: tests/e2e/test_synced_is_a_proof.py)."""
+"""The console closes the incidents it shows from the page: an ``id_conflict``'s object page says
+cluster_svc holds another's object (never that a repair would overwrite it), and "Abandon" closes
+the row without touching that object (platform_svc.operations.abandon; the CLI's own test:
+tests/e2e/test_synced_is_a_proof.py); a real repair run asked for on the page runs whatever holds
+the lease on the periodic passes (platform_svc.operations.runs)."""
 from __future__ import annotations
+
+import re
+import threading
 
 import requests
 from sqlalchemy import text
 
+from platform_svc.operations.leadership import Leadership
+from platform_svc.operations.runs import RepairRuns
 from tests.helpers import cluster_body, internal_cluster_body
 from tests.platform_svc.test_console_auth import csrf_of, logged_in, operator  # noqa: F401 (a fixture)
 from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 
 def test_an_id_conflict_reads_as_anothers_object_and_abandon_closes_it_leaving_theirs_alone(
@@ -35,3 +43,53 @@ def test_an_id_conflict_reads_as_anothers_object_and_abandon_closes_it_leaving_t
     assert row.sync_state == "synced" and row.deleted_at is not None and row.abandoned_at is not None
     kept = requests.get(f"{cluster_svc.url}/v1/clusters/{x}", headers=auth, timeout=10)
     assert kept.status_code == 200 and kept.json()["team_id"] == theirs["team_id"] and kept.json()["name"] == "theirs"
+
+
+def _ask_for_a_real_run(browser) -> str:
+    page = browser.get("/console/repair")
+    asked = browser.post("/console/repair", data={"mode": "repair", "csrf_token": csrf_of(page.data)})
+    assert asked.status_code == 303, asked.data
+    return asked.headers["Location"]
+
+
+def _finished(browser, run: str) -> str | None:
+    """The run's page once it no longer reloads itself (ended, or stopped moving)."""
+    page = browser.get(run).get_data(as_text=True)
+    return None if 'http-equiv="refresh"' in page else page
+
+
+def test_a_real_run_asked_for_while_another_process_leads_is_run_by_that_leader_and_recorded_as_its_pass(
+    app, platform_database, operator  # noqa: F811
+):
+    leader = Leadership(platform_database, holder="reconciler-under-test")  # as a running reconciler holds it
+    leader.renew()
+    assert leader.holding()
+    try:
+        browser, _ = logged_in(app, operator)
+        run = _ask_for_a_real_run(browser)
+
+        waiting = browser.get(run).get_data(as_text=True)
+        assert "waiting for the leader" in waiting and "<code>reconciler-under-test</code>" in waiting
+
+        console = app.extensions["console"]  # what the leading reconciler's duty does every second
+        RepairRuns(console.database, console.client, console.horizon).run_requested(leader, threading.Event())
+        page = _finished(browser, run)
+    finally:
+        leader.release()
+
+    assert "<dd>finished" in page and "in <code>reconciler-under-test</code>" in page and "Repair run</h1>" in page
+    overview = browser.get("/console/").get_data(as_text=True)
+    assert re.search(r"Last repair pass</dt>\s*<dd>.* ago by <code>reconciler-under-test</code>: repair: ", overview)
+
+
+def test_a_real_run_asked_for_while_no_process_leads_takes_the_lease_here_and_gives_it_back(
+    app, platform_database, operator  # noqa: F811
+):
+    browser, _ = logged_in(app, operator)
+
+    run = _ask_for_a_real_run(browser)
+    page = wait_for(lambda: _finished(browser, run), timeout=60, what="the real run finished")
+
+    assert "<dd>finished" in page and "in <code>" in page and "Repair run</h1>" in page
+    with platform_database.engine.connect() as conn:  # given back: a reconciler takes over at its next try
+        assert conn.execute(text("SELECT expires_at <= now() FROM leases WHERE name = 'periodic-passes'")).scalar()

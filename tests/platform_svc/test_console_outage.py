@@ -1,8 +1,12 @@
 """The console while cluster_svc does not answer (design: the console "closes every incident it
 shows"): an object page still answers within the console's 2 s, shows every platform field and
-says cluster_svc did not answer, instead of guessing its state."""
+says cluster_svc did not answer, instead of guessing its state; the overview says whether
+cluster_svc answers as each process of the platform last saw it."""
 from __future__ import annotations
 
+import os
+import queue
+import re
 import socket
 import time
 
@@ -11,10 +15,12 @@ from sqlalchemy import text
 
 from platform_svc.console import CONSOLE_POLICY
 from platform_svc.models import RESOURCES
+from platform_svc.operations.sightings import Sightings
 from platform_svc.push import content
 from tests.helpers import authed_client, cluster_body, make_account
 from tests.platform_svc.conftest import _app, _dispose
 from tests.platform_svc.test_console_auth import logged_in, operator  # noqa: F401 (a fixture)
+from tooling.testing import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +68,62 @@ def test_an_object_page_counts_a_long_pending_row_as_stalled_and_its_past_next_t
 
     assert '<span class="state stalled">stalled</span>' in text_
     assert "next try due now" in text_
+
+
+def test_the_overview_says_whether_cluster_svc_answers_as_each_process_last_saw_it(
+    silent_app, platform_database, platform_engine, operator  # noqa: F811
+):
+    with platform_engine.begin() as conn:  # another process, on another host, saw it serve a minute ago
+        conn.execute(text(
+            "INSERT INTO cluster_svc_sightings (observer, role, served, what, seen_at, since)"
+            " VALUES ('other-host:4242', 'reconciler', true, 'GET /v1/clusters?limit=1: served (a probe)',"
+            " now() - interval '1 minute', now() - interval '1 hour')"
+            " ON CONFLICT (observer) DO UPDATE SET served = true, seen_at = excluded.seen_at"
+        ))
+    _, api_key = make_account(platform_database, "sighting")
+    created = authed_client(silent_app, api_key).post("/v1/clusters", json=cluster_body(name="unseen"))
+    assert created.status_code == 201 and created.json["sync_state"] == "pending"  # this worker's push got nothing
+    browser, _ = logged_in(silent_app, operator)
+
+    def shown():
+        page = browser.get("/console/").get_data(as_text=True)
+        return page if "Not answering" in page else None
+
+    page = wait_for(shown, timeout=10, what="this worker's sighting written by its thread")
+
+    assert re.search(r"Not answering</span>: the last call did not get an answer \d+s ago", page), page
+    assert "by the web <code>" in page  # who saw it: this worker
+    rows = re.findall(r"<tr><td><code>([^<]+)</code></td><td>(\w+)</td>\s*<td>.*?>(served|did not answer)<", page)
+    assert ("other-host:4242", "reconciler", "served") in rows  # every process's view, from any worker
+    assert any(role == "web" and seen == "did not answer" for _, role, seen in rows)
+
+
+def test_a_sighting_is_written_once_per_change_and_its_since_moves_only_when_what_is_seen_changes(
+    platform_database, platform_engine
+):
+    clock = [0.0]
+    sightings = Sightings(platform_database, "reconciler", clock=lambda: clock[0])
+    written: queue.Queue[bool] = queue.Queue()
+    sightings.write = lambda served, what: written.put(served) or True  # noqa: E731 (what the thread would write)
+
+    for served, at, writes in ((False, 0.0, True), (False, 1.0, False), (False, 29.0, False), (True, 29.5, True),
+                               (True, 30.0, False), (True, 60.0, True)):
+        clock[0] = at
+        sightings.saw(served, "POST /v1/clusters: connection refused" if not served else "POST /v1/clusters: 201")
+        if writes:  # the change, the change back, then the same again once 30 s had passed
+            assert written.get(timeout=5) is served
+    assert written.empty()
+
+    del sightings.write  # the real write, twice the same and then a change
+    query = text("SELECT since, seen_at FROM cluster_svc_sightings WHERE observer = :me")
+    me = {"me": f"{socket.gethostname()}:{os.getpid()}"}
+    assert sightings.write(False, "a") and sightings.write(False, "b")
+    with platform_engine.connect() as conn:
+        first = conn.execute(query, me).one()
+    assert sightings.write(False, "c")
+    with platform_engine.connect() as conn:
+        again = conn.execute(query, me).one()
+    assert sightings.write(True, "d")
+    with platform_engine.connect() as conn:
+        changed = conn.execute(query, me).one()
+    assert again.since == first.since < changed.since and again.seen_at > first.seen_at

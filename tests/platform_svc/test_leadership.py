@@ -14,7 +14,7 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from platform_svc.reconciler.leadership import Leadership
+from platform_svc.operations.leadership import Leadership
 from platform_svc.reconciler.periodic import Periodic, run_periodically
 from shared.db import Database
 
@@ -190,7 +190,7 @@ def test_a_lease_given_back_says_when_another_reconciler_takes_over_not_that_one
     alone = Leadership(database, ttl=15, name=lease_name)
     alone.renew()
 
-    with caplog.at_level(logging.INFO, logger="platform_svc.reconciler.leadership"):
+    with caplog.at_level(logging.INFO, logger="platform_svc.operations.leadership"):
         alone.release()
 
     assert caplog.messages[-1] == (

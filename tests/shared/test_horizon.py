@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 import uuid6
-from sqlalchemy import create_engine, literal, select
 from sqlalchemy import Uuid as SqlUuid
+from sqlalchemy import create_engine, literal, select
 
 from shared.config import ConfigError, id_horizon_seconds
 from shared.horizon import FUTURE_TOLERANCE, Horizon, is_uuid7, purgeable_id, uuid7_millis
