@@ -28,6 +28,7 @@ from platform_svc.push.recording import (
     change_for,
     fail_waiting_descendants,
     never_created_and_failed,
+    not_sent,
     record,
     record_many,
     release_many,
@@ -180,7 +181,10 @@ class Pusher:
                 )
                 for index, answer in zip(indexes, pushed):
                     answers[index] = self._judged(resource, rows[index], answer)
-        changes = [change_for(resource, row, answer, self.retry, inline=True) for row, answer in zip(rows, answers)]
+        changes = [
+            not_sent(row, skip) if skip is not None else change_for(resource, row, answer, self.retry, inline=True)
+            for row, answer in zip(rows, answers)
+        ]
         with self.database.begin() as db_session:
             recorded = _record_all(db_session, resource, rows, changes)
         return [(answer, change, row, skip is None) for answer, change, row in zip(answers, changes, recorded)]
@@ -205,7 +209,7 @@ class Pusher:
                 answer = Answer(
                     Outcome.TRANSIENT, None, None, "not sent: cluster_svc failed repeatedly, retrying later"
                 )
-                change = change_for(resource, row, answer, self.retry, inline=True)
+                change = not_sent(row, answer.reason)
             elif is_create(row):
                 # With the creates in flight in this worker: one batch call, one UPDATE recording them.
                 body = create_body(resource, row)

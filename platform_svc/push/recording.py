@@ -72,7 +72,7 @@ class Change:
 
     kind: str
     confirmed: int | None = None  # CONFIRMED: the generation cluster_svc holds
-    attempts: int | None = None  # RETRY_LATER: transient failures so far
+    attempts: int | None = None  # RETRY_LATER, DUE_NOW: attempts so far
     delay: timedelta | None = None  # RETRY_LATER: until the next try
     reason: str | None = None  # for sync_error: the answer's, or why it confirmed nothing
 
@@ -89,8 +89,8 @@ def change_for(resource: Resource, row: RowMapping, answer: Answer, retry: Retry
     cluster_svc's own problem (it refuses, 409, a delete of an object under
     another parent or of another team, so those mean "not alive there").
 
-    An inline push is a bonus attempt: its transient failure leaves the row due
-    at once for the reconciler, without spending one of its attempts.
+    An inline push is counted as an attempt like any other, but its transient
+    failure leaves the row due at once for the reconciler instead of backing off.
     """
     if answer.outcome is Outcome.DONE:
         if row["deleted_at"] is not None:
@@ -151,10 +151,16 @@ def _judged_copy(resource: Resource, row: RowMapping, answer: Answer, retry: Ret
     return Change(CONFIRMED, confirmed=generation, reason=answer.reason)
 
 
+def not_sent(row: RowMapping, reason: str) -> Change:
+    """An inline push that was never sent (the breaker open, the budget spent): due at once for the
+    reconciler, and not counted as an attempt."""
+    return Change(DUE_NOW, attempts=row["attempts"], reason=reason)
+
+
 def _try_again(row: RowMapping, reason: str, retry: RetryPolicy, *, inline: bool) -> Change:
-    if inline:
-        return Change(DUE_NOW, reason=reason)
     attempts = row["attempts"] + 1
+    if inline:
+        return Change(DUE_NOW, attempts=attempts, reason=reason)
     return Change(RETRY_LATER, attempts=attempts, delay=retry.delay(attempts), reason=reason)
 
 
@@ -165,6 +171,8 @@ def record(*, db_session: Connection, resource: Resource, row: RowMapping, chang
         params["b_confirmed"] = change.confirmed
     elif change.kind == RETRY_LATER:
         params["b_attempts"], params["b_delay"] = change.attempts, change.delay
+    elif change.kind == DUE_NOW:
+        params["b_attempts"] = change.attempts
     return db_session.execute(_record_statement(resource.table, change.kind), params).mappings().one()
 
 
@@ -274,7 +282,7 @@ def _record_statement(table: Table, change: str) -> Any:
     elif change == REFUSED_UNLESS_DELETED:
         values.update(sync_failed_at=case((table.c.deleted_at.is_(None), now), else_=None), sync_error=reason)
     elif change == DUE_NOW:
-        values.update(sync_error=reason, next_attempt_at=now)
+        values.update(sync_error=reason, next_attempt_at=now, attempts=bindparam("b_attempts", type_=Integer()))
     elif change == AHEAD:
         theirs = bindparam("b_confirmed", type_=Integer())
         values.update(
@@ -314,7 +322,7 @@ def _record_many_statement(table: Table) -> Any:
     done = o.change.in_((CONFIRMED, DELETE_CONFIRMED))
     values = {
         "lease_until": case((t.lease_until == o.lease, None), else_=t.lease_until),
-        "attempts": case((done, 0), (o.change == RETRY_LATER, o.attempts), else_=t.attempts),
+        "attempts": case((done, 0), (o.change.in_((RETRY_LATER, DUE_NOW)), o.attempts), else_=t.attempts),
         "sync_error": case((done, None), (o.change == RELEASED, t.sync_error), else_=o.reason),
         "sync_failed_at": case(
             (done, None),

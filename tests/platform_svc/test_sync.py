@@ -19,6 +19,7 @@ from sqlalchemy import text
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.operations.retry import retry_failed
+from platform_svc.push.breaker import CircuitBreaker
 from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
 from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
@@ -75,10 +76,26 @@ def test_a_create_cluster_svc_cannot_take_answers_quickly_pending_and_due_now(
     assert (body["sync_state"], body["synced_at"]) == ("pending", None)
     assert "connection failed" in body["sync_error"]
     stored = db_row(platform_engine, "clusters", body["id"])
-    assert (stored["synced_generation"], stored["attempts"], stored["lease_until"]) == (0, 0, None)
+    assert (stored["synced_generation"], stored["attempts"], stored["lease_until"]) == (0, 1, None)  # one attempt, counted
     assert due_now(platform_engine, "clusters", body["id"])
     assert db_row(downstream_engine, "clusters", body["id"]) is None
     assert offline_client.get(f"/v1/clusters/{body['id']}").get_json()["sync_state"] == "pending"
+
+
+def test_a_create_the_open_breaker_kept_from_cluster_svc_is_due_now_and_counts_no_attempt(
+    unreachable_app, offline_client, platform_engine
+):
+    pusher = unreachable_app.extensions["pusher"]
+    pusher.breaker = CircuitBreaker(failures_to_open=1, cool_down=60)
+    pusher.breaker.record(failed=True)  # open: the next inline push is not even sent
+    try:
+        body = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
+    finally:
+        pusher.breaker = None
+
+    assert (body["sync_state"], body["sync_error"]) == ("pending", None)  # answered at once, never tried
+    assert db_row(platform_engine, "clusters", body["id"])["attempts"] == 0
+    assert due_now(platform_engine, "clusters", body["id"])
 
 
 def test_a_delete_cluster_svc_cannot_take_answers_202_with_the_object(
@@ -178,7 +195,7 @@ def test_a_claimed_row_whose_lease_ran_short_is_released_unpushed(
 
     assert db_row(downstream_engine, "clusters", created["id"]) is None
     stored = db_row(platform_engine, "clusters", created["id"])
-    assert (stored["sync_state"], stored["lease_until"], stored["attempts"]) == ("pending", None, 0)
+    assert (stored["sync_state"], stored["lease_until"], stored["attempts"]) == ("pending", None, 1)  # the inline one
     assert created["id"] in claimed_ids(platform_database, CLUSTER)
 
 
@@ -308,7 +325,7 @@ def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
     pusher = dead_pusher(RetryPolicy(base_delay=60, max_delay=60))
     after = push_claimed(pusher, CLUSTER, row)
 
-    assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 1, None)
+    assert (after["sync_state"], after["attempts"], after["lease_until"]) == ("pending", 2, None)  # inline, then this
     assert "connection failed" in after["sync_error"]
     if due_now(platform_engine, "clusters", created["id"]):  # full jitter: 0 s is a possible backoff
         with platform_engine.begin() as conn:
@@ -338,7 +355,7 @@ def test_transient_failures_never_make_a_row_failed(offline_client, platform_dat
         assert after["sync_state"] == "pending"
 
     stored = db_row(platform_engine, "clusters", created["id"])
-    assert (stored["sync_state"], stored["attempts"], stored["sync_failed_at"]) == ("pending", 30, None)
+    assert (stored["sync_state"], stored["attempts"], stored["sync_failed_at"]) == ("pending", 31, None)  # and the inline one
     assert "connection failed" in stored["sync_error"]
     with platform_engine.connect() as conn:
         wait = conn.execute(text("SELECT next_attempt_at - now() FROM clusters WHERE id = :id"), {"id": created["id"]})
