@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -197,13 +198,17 @@ def browser(scene, tmp_path_factory):
 def logged_in(browser, scene):
     """The browser after logging in through the form, as the operator made by ``create-operator``."""
     _, made = scene
+    log_in(browser, made["operator"])
+    return browser
+
+
+def log_in(browser: Browser, operator: dict[str, str]) -> None:
     browser.open("/console/")
     assert browser.path.startswith("/console/login"), browser.path
     browser.screenshot("login")
-    browser.fill("operator", made["operator"]["operator"])
-    browser.fill("secret", made["operator"]["secret"])
+    browser.fill("operator", operator["operator"])
+    browser.fill("secret", operator["secret"])
     browser.press("//button[text()='Log in']")
-    return browser
 
 
 def row_xpath(object_id: str) -> str:
@@ -263,29 +268,25 @@ def test_a_stalled_row_shows_while_cluster_svc_is_frozen_and_syncs_once_it_is_ba
              timeout=30, what="the stalled row synced by the reconciler once cluster_svc is back")
 
 
-def test_retry_in_the_browser_puts_the_row_back_and_it_syncs_with_its_rule(logged_in, scene):
+def test_abandon_in_the_browser_closes_the_id_conflict_row_and_its_rule_and_leaves_theirs_alone(logged_in, scene):
     browser, (pair, made) = logged_in, scene
-    assert pair.internal("DELETE", f"{CLUSTERS}/{made['failed']}").status_code == 204  # its owner gives it up
-    with pair.cluster_engine.begin() as conn:  # and a person removes the tombstone, freeing the ID
-        conn.execute(text("DELETE FROM clusters WHERE id = :id"), {"id": made["failed"]})
     browser.open(f"/console/objects/clusters/{made['failed']}")
-    assert "Sync state\nfailed" in browser.text()
+    assert "Sync state\nfailed" in browser.text() and "another object under this ID" in browser.text()
 
-    browser.press("//form//button[text()='Retry']")
+    browser.press("//form//button[text()='Abandon']")
 
-    page = browser.text()
-    assert " put back in line, 0 left failed" in page, page
-    assert "put back in line" in browser.driver.find_element(By.XPATH, row_xpath(made["failed"])).text
-    browser.screenshot("retried")
-
-    def synced_with_its_rule():
-        page = browser.open(f"/console/objects/clusters/{made['failed']}").text()
-        rule = browser.driver.find_element(By.XPATH, row_xpath(made["failed_rule"])).text
-        return "Sync state\nsynced" in page and "synced" in rule.split()
-
-    wait_for(synced_with_its_rule, timeout=30, what="the retried row and its rule synced by the reconciler")
-    assert "cluster_svc holds 1" in browser.text().replace("\n", " ")
-    browser.screenshot("object-retried")
+    assert "Abandoned: 2 rows closed" in browser.text(), browser.text()  # the cluster and its rule
+    browser.screenshot("abandoned")
+    page = browser.open(f"/console/objects/clusters/{made['failed']}").text()
+    assert "Sync state\nsynced" in page and "abandoned" in page.lower()
+    rule = pair.platform_row("firewall_rules", made["failed_rule"])
+    assert (rule["sync_state"], rule["deleted_at"] is not None) == ("synced", True)
+    theirs = pair.internal("GET", f"{CLUSTERS}/{made['failed']}").json()
+    assert theirs["name"] == "theirs" and theirs["deleted_at"] is None  # the other team's object, untouched
+    browser.open("/console/rows?resource=clusters&state=failed")
+    assert not browser.driver.find_elements(By.XPATH, row_xpath(made["failed"]))  # nothing left for a person
+    assert pair.cli("repair", "--dry-run").returncode == 0  # and repair finds nothing to say of it
+    browser.screenshot("rows-after-abandon")
 
 
 def test_the_diverged_copy_is_marked_on_its_page(logged_in, scene):
@@ -350,6 +351,26 @@ def lease_holder(pair) -> str | None:
         return conn.execute(text("SELECT holder FROM leases WHERE name = 'periodic-passes' AND expires_at > now()")).scalar()
 
 
+def test_during_an_outage_the_object_page_answers_within_2_s_and_the_overview_says_cluster_svc_is_not_answering(
+    logged_in, scene
+):
+    browser, (pair, made) = logged_in, scene
+    with pair.frozen_cluster_svc():  # SIGSTOP: connections accepted, nothing answered
+        started = time.monotonic()
+        page = browser.open(f"/console/objects/clusters/{made['diverged']}").text()
+        took = time.monotonic() - started
+        browser.screenshot("outage-object")
+        overview = wait_for(lambda: "Not answering" in browser.open("/console/").text() and browser.text(),
+                            timeout=15, what="the overview saying cluster_svc does not answer")
+        browser.screenshot("outage-overview")
+    wait_for(lambda: pair.internal("GET", f"{CLUSTERS}?limit=1").status_code == 200, what="cluster_svc thawed")
+
+    assert took < 3, took  # the console's own 2 s, and the page around it
+    assert "diverged" in page and "night-shift-key-1" in page  # the platform's side, all of it
+    assert "cluster_svc did not answer" in page and "no row" not in page
+    assert re.search(r"Not answering: the last call did not get an answer \d+s ago", overview), overview
+
+
 def test_a_hostile_name_and_description_render_as_text(logged_in, scene):
     browser, (_, made) = logged_in, scene
 
@@ -385,3 +406,17 @@ def test_without_a_session_or_the_csrf_token_nothing_is_done(logged_in, scene):
     browser.driver.delete_all_cookies()
     browser.open("/console/rows")
     assert browser.path.startswith("/console/login")
+
+
+def test_logging_out_in_the_browser_ends_the_session_a_copied_cookie_with_it(logged_in, scene):
+    browser, (pair, made) = logged_in, scene
+    browser.driver.delete_all_cookies()  # whatever an earlier test left: a login of its own
+    log_in(browser, made["operator"])
+    copied = browser.cookie("console_session")["value"]
+
+    browser.press("//button[text()='Log out']")
+
+    assert browser.path.startswith("/console/login")
+    replayed = requests.get(f"{pair.platform_svc.url}/console/", cookies={"console_session": copied},
+                            allow_redirects=False)
+    assert replayed.status_code == 302 and replayed.headers["Location"].startswith("/console/login")
