@@ -206,6 +206,10 @@ class PairModel(RuleBasedStateMachine):
             assert answer.status_code == 410, answer.text
             return
         assert answer.status_code in (202, 204), answer.text
+        self.delete_acknowledged(made)
+
+    def delete_acknowledged(self, made: Made) -> None:
+        """The object is deleted, its rules with it (the API's delete, or an abandon)."""
         made.deleted = True
         if made.key[0] == CLUSTERS:
             for rule_made in self.made.values():
@@ -438,14 +442,20 @@ class PairModel(RuleBasedStateMachine):
         if RETRY_NARROWING:
             failed = self.names_of(CLUSTERS, RULES, where=lambda m: self.platform.get(m.key, {}).get(
                 "sync_state") == "failed")
-            choices += [["--reason", "conflict"], ["--reason", "deleted"], ["--resource", "clusters"], ["way out"]]
+            choices += [["--reason", "conflict"], ["--reason", "deleted"], ["--resource", "clusters"], ["way out"],
+                        ["abandon"]]
             choices += [["--id", self.made[name].key[1]] for name in failed]
         narrowing = pick(data, choices, "narrowing")
         way_out = pick(data, self.failed_clusters() or [None], "failed cluster")
         if narrowing == ["way out"] and way_out is not None:
             self.way_out(self.made[way_out])
             return
-        self.command("sync-status", "--retry-failed", *[arg for arg in narrowing if arg != "way out"])
+        conflicted = self.names_of(CLUSTERS, RULES, where=lambda m: "id_conflict" in (
+            self.platform.get(m.key, {}).get("sync_error") or "") and self.platform[m.key]["sync_state"] == "failed")
+        if narrowing == ["abandon"] and conflicted:
+            self.abandon(self.made[pick(data, conflicted, "abandoned")])
+            return
+        self.command("sync-status", "--retry-failed", *[arg for arg in narrowing if arg not in ("way out", "abandon")])
         self.check()
         self.reconcile()
 
@@ -467,6 +477,28 @@ class PairModel(RuleBasedStateMachine):
             assert row["sync_state"] == "failed", row
         else:
             assert (row["sync_state"], row["sync_error"]) == ("synced", None) and row["deleted_at"], row
+
+    def abandon(self, made: Made) -> None:
+        """The way out of an ``id_conflict`` that needs no one else: ``platform-svc abandon``. The row
+        and its rules are closed, deleted and never pushed, and what cluster_svc holds under the ID
+        is left as it was (the invariant checks every other caller's object after each step)."""
+        before = self.downstream.get(made.key)
+        result = self.world.platform_svc("abandon", made.key[0], made.key[1])
+        self.check()
+        row = self.platform[made.key]
+        if result.returncode == 1:  # its copy there turned out to be the platform's own: left failed
+            assert "not abandoned" in result.stderr and row["sync_state"] == "failed", (result.stderr, row)
+            return
+        assert result.returncode == 0, result.stderr
+        self.delete_acknowledged(made)
+        for key, closed in self.platform.items():
+            if key == made.key or (made.key[0] == CLUSTERS and str(closed.get("cluster_id")) == made.key[1]):
+                assert (closed["sync_state"], closed["abandoned_at"] is not None, closed["deleted_at"] is not None) == (
+                    "synced", True, True), closed
+        assert self.downstream.get(made.key) == before or before is None  # nothing sent for it
+        self.reconcile()
+        self.repair()
+        assert self.platform[made.key]["abandoned_at"] is not None  # and it stays closed
 
     @precondition(lambda self: any(made.deleted for made in self.made.values()))
     @rule()
@@ -503,8 +535,8 @@ class PairModel(RuleBasedStateMachine):
 
     def _synced_is_held(self, platform: dict[Key, dict], downstream: dict[Key, dict]) -> None:
         for key, row in platform.items():
-            if row["sync_state"] != "synced" or self.taints.get(key, ()) == fingerprint(row):
-                continue
+            if row["sync_state"] != "synced" or self.taints.get(key, ()) == fingerprint(row) or row["abandoned_at"]:
+                continue  # an abandoned row was never the platform's downstream: what is there is another's
             what = f"{key[0][:-1]} {key[1]} ({self.by_key(key).name if self.by_key(key) else '?'})"
             assert row["sync_error"] is None, f"{what} reads synced beside the error {row['sync_error']!r}"
             copy = downstream.get(key)
