@@ -31,7 +31,8 @@ main = service_group(
 )
 
 DEFAULTS = ReconcilerSettings()
-_RESOURCE_NAMES = [resource.segment for resource in RESOURCES]  # as in the API's paths: clusters, firewall-rules
+_BY_NAME = {name: r for r in RESOURCES for name in (r.segment, r.plural)}  # firewall-rules (paths), firewall_rules
+_RESOURCE_NAMES = click.Choice(sorted(_BY_NAME))
 
 
 def _pass_interval(option: str, default: float, passes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -131,9 +132,7 @@ def _retry_failed(
     from platform_svc.operations.retry import retry_failed
     from shared.transport import ClientPolicy
 
-    settings = Settings.from_env()
-    resource = next((r for r in RESOURCES if r.segment == resource_name), None)
-    client = settings.client(ClientPolicy(pool_size=1))
+    resource, client = _BY_NAME.get(resource_name or ""), Settings.from_env().client(ClientPolicy(pool_size=1))
     try:
         outcomes = retry_failed(database, client, resource=resource, reason=reason, object_id=object_id)
     finally:
@@ -278,13 +277,13 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 
 
 @main.command(help="Close a failed row whose ID cluster_svc holds for another's object: deleted here, never pushed.")
-@click.argument("resource_name", metavar="RESOURCE", type=click.Choice(_RESOURCE_NAMES))
+@click.argument("resource_name", metavar="RESOURCE", type=_RESOURCE_NAMES)
 @click.argument("object_id", metavar="ID", type=click.UUID)
 @fail_fast
 def abandon(resource_name: str, object_id: uuid.UUID) -> None:
     from platform_svc.operations import abandon as abandoning
     from shared.transport import ClientPolicy
-    settings, resource = Settings.from_env(), next(r for r in RESOURCES if r.segment == resource_name)
+    settings, resource = Settings.from_env(), _BY_NAME[resource_name]
     client = settings.client(ClientPolicy(pool_size=1))  # one call: the copy, to check it is not the platform's
     try:
         done = abandoning.abandon(settings.database(), client, resource, object_id, by=f"{getpass.getuser()} (CLI)")
@@ -302,7 +301,7 @@ def abandon(resource_name: str, object_id: uuid.UUID) -> None:
     " push (committed first); the others stay failed, saying why.",
 )
 @click.option(
-    "--resource", "resource_name", type=click.Choice(_RESOURCE_NAMES), help="With --retry-failed: only this resource's rows."
+    "--resource", "resource_name", type=_RESOURCE_NAMES, help="With --retry-failed: only this resource's rows."
 )
 @click.option("--reason", help="With --retry-failed: only rows whose failure reason contains this text (any case).")
 @click.option("--id", "object_id", type=click.UUID, help="With --retry-failed: only this object and its failed children.")

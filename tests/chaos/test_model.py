@@ -442,20 +442,14 @@ class PairModel(RuleBasedStateMachine):
         if RETRY_NARROWING:
             failed = self.names_of(CLUSTERS, RULES, where=lambda m: self.platform.get(m.key, {}).get(
                 "sync_state") == "failed")
-            choices += [["--reason", "conflict"], ["--reason", "deleted"], ["--resource", "clusters"], ["way out"],
-                        ["abandon"]]
+            choices += [["--reason", "conflict"], ["--reason", "deleted"], ["--resource", "clusters"], ["way out"]]
             choices += [["--id", self.made[name].key[1]] for name in failed]
         narrowing = pick(data, choices, "narrowing")
         way_out = pick(data, self.failed_clusters() or [None], "failed cluster")
         if narrowing == ["way out"] and way_out is not None:
             self.way_out(self.made[way_out])
             return
-        conflicted = self.names_of(CLUSTERS, RULES, where=lambda m: "id_conflict" in (
-            self.platform.get(m.key, {}).get("sync_error") or "") and self.platform[m.key]["sync_state"] == "failed")
-        if narrowing == ["abandon"] and conflicted:
-            self.abandon(self.made[pick(data, conflicted, "abandoned")])
-            return
-        self.command("sync-status", "--retry-failed", *[arg for arg in narrowing if arg not in ("way out", "abandon")])
+        self.command("sync-status", "--retry-failed", *[arg for arg in narrowing if arg != "way out"])
         self.check()
         self.reconcile()
 
@@ -477,6 +471,16 @@ class PairModel(RuleBasedStateMachine):
             assert row["sync_state"] == "failed", row
         else:
             assert (row["sync_state"], row["sync_error"]) == ("synced", None) and row["deleted_at"], row
+
+    def conflicted(self) -> list[str]:
+        """The failed rows whose reason is an ``id_conflict``."""
+        return self.names_of(CLUSTERS, RULES, where=lambda m: self.platform.get(m.key, {}).get("sync_state") == "failed"
+                             and "id_conflict" in (self.platform[m.key]["sync_error"] or ""))
+
+    @precondition(lambda self: self.conflicted())
+    @rule(data=st.data())
+    def abandon_a_conflict(self, data):
+        self.abandon(self.made[pick(data, self.conflicted(), "abandoned")])
 
     def abandon(self, made: Made) -> None:
         """The way out of an ``id_conflict`` that needs no one else: ``platform-svc abandon``. The row
