@@ -6,5 +6,6 @@ COPY pyproject.toml setup.cfg README.md ./
 COPY shared shared
 COPY cluster_svc cluster_svc
 COPY platform_svc platform_svc
-RUN pip install --no-cache-dir . && useradd --system --no-create-home app
+COPY client client
+RUN pip install --no-cache-dir ./client . && useradd --system --no-create-home app
 USER app

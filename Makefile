@@ -74,12 +74,16 @@ test-scale: packages-test-scale $(TEST_STAMP) $(HA_STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): setup.cfg pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The clients are a distribution of their own (client/: idempotent-pair-client), which the
+# services install beside them and send through. Editable in compat mode: a path in a
+# .pth file, which mypy follows (setuptools' default import hook it does not).
+EDITABLE := --config-settings editable_mode=compat
+$(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e ./client -e '.[dev]'
 	touch $(STAMP)
 
-$(TEST_STAMP): setup.cfg pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e ./client -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 
 clean:

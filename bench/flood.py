@@ -213,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         floods = [measure(platform_server.url, quiet, noisy, kind=kind, rounds=args.rounds, duration=args.duration,
                           connections=args.connections) for kind in args.flood or FLOODS]
         if args.costs:
+            from sqlalchemy.engine import make_url
+
             from bench import costs
             from bench.processes import postmaster_pid
-            from sqlalchemy.engine import make_url
 
             p14 = costs.measure(platform_server.url, server_url, make_url(urls["PLATFORM_DATABASE_URL"]).database,
                                 postmaster_pid(server_url), api_key=quiet, limited_key=account("limited", "--rate-limit", "1"))

@@ -14,6 +14,7 @@ import hashlib
 from typing import Any
 
 from flask import Flask, Response, request
+
 from bench.limit_app import RETURNING, WaitingPool, to_json
 
 SCHEMA = """

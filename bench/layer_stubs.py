@@ -149,8 +149,9 @@ def _log_off(app: Any) -> None:
 
 def _rid_off(app: Any) -> None:
     """No request IDs: none read, made, bound, sent back or stamped on log lines."""
+    from idempotent_pair_client import request_id
+
     import shared.logs
-    from shared import request_id
 
     request_id.accept_or_new = lambda sent: None
     request_id.bind = lambda value: None

@@ -21,8 +21,8 @@ from contextlib import ExitStack
 
 import requests
 
-from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
+from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from tooling.slowclients import open_silent, start_tricklers
 from tooling.testing import LiveServer, console_script, fresh_database, postgres_server
 

@@ -2,7 +2,7 @@
 
 Importing the package loads nothing of the web or database stack (Flask,
 SQLAlchemy, ...): :func:`create_app` and :attr:`Settings.horizon` import it when
-called, so ``cluster_svc.client`` stays light for a caller's process.
+called, so ``idempotent_pair_client.cluster`` stays light for a caller's process.
 """
 from __future__ import annotations
 

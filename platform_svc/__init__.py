@@ -11,7 +11,7 @@ states (:mod:`platform_svc.states`) and the settings (:mod:`platform_svc.setting
 
 Importing the package loads nothing of the web or database stack (Flask,
 SQLAlchemy, ...): :func:`create_app` and the methods of :class:`Settings` import
-it when called, so ``platform_svc.client`` stays light for a caller's process.
+it when called, so ``idempotent_pair_client.platform`` stays light for a caller's process.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from idempotent_pair_client.transport import ClientPolicy
 
 from platform_svc import MAX_RATE_LIMIT, Settings, create_app
 from platform_svc.models import RESOURCES
@@ -111,7 +112,6 @@ def repair(dry_run: bool, page_size: int) -> None:
 
     from platform_svc.operations.copies import RepairError
     from platform_svc.operations.repair import Repairer
-    from shared.transport import ClientPolicy
 
     settings = Settings.from_env()
     repairer = Repairer(settings.database(), settings.client(ClientPolicy(pool_size=1)), page_size=page_size,
@@ -129,8 +129,8 @@ def _retry_failed(
     database: Any, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None
 ) -> dict[Any, list[Any]]:
     """``--retry-failed``: every resource's outcomes (platform_svc.operations.retry), by resource."""
+
     from platform_svc.operations.retry import retry_failed
-    from shared.transport import ClientPolicy
 
     resource, client = _BY_NAME.get(resource_name or ""), Settings.from_env().client(ClientPolicy(pool_size=1))
     try:
@@ -281,8 +281,8 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 @click.argument("object_id", metavar="ID", type=click.UUID)
 @fail_fast
 def abandon(resource_name: str, object_id: uuid.UUID) -> None:
+
     from platform_svc.operations import abandon as abandoning
-    from shared.transport import ClientPolicy
     settings, resource = Settings.from_env(), _BY_NAME[resource_name]
     client = settings.client(ClientPolicy(pool_size=1))  # one call: the copy, to check it is not the platform's
     try:

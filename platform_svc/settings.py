@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from idempotent_pair_client.transport import ClientPolicy
+
 from shared import config
 from shared.client import InternalClient
-from shared.transport import ClientPolicy
 
 if TYPE_CHECKING:
     from shared.db import Database

@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 import flask_smorest
 import marshmallow as ma
 from flask import Flask, Response, current_app, g, request, send_from_directory
+from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES  # noqa: F401 (the views read them here too)
 from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
@@ -34,7 +35,6 @@ from shared.errors import (
     problem_from_http,
     register_error_handlers,
 )
-from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES  # noqa: F401 (the views read them here too)
 from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
 from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema

@@ -1,6 +1,6 @@
 """The push path's client of cluster_svc: platform_svc's inline pushes, the reconciler and repair.
 
-It sends through the one HTTP core (:class:`shared.transport.Transport`: pooled,
+It sends through the one HTTP core (:class:`idempotent_pair_client.transport.Transport`: pooled,
 keep-alive urllib3, every call retried within its :class:`ClientPolicy`, the
 request ID on every call) with the internal token, and never raises: each answer
 is classified for the caller, who records it and retries later on its own:
@@ -13,7 +13,7 @@ is classified for the caller, who records it and retries later on its own:
 - ``PERMANENT``: retrying cannot help (409 ``id_conflict``, 410 on a create or
   update, 422, and any other 4xx).
 
-A program calling cluster_svc uses ``cluster_svc.client.ClusterClient``, on the
+A program calling cluster_svc uses ``idempotent_pair_client.cluster.ClusterClient``, on the
 same core, which raises instead.
 """
 from __future__ import annotations
@@ -22,8 +22,16 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
-from shared.transport import RETRY_STATUSES, ClientPolicy, NoAnswer, Transport, encode, reason, send_in_batches
+from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
+from idempotent_pair_client.transport import (
+    RETRY_STATUSES,
+    ClientPolicy,
+    NoAnswer,
+    Transport,
+    encode,
+    reason,
+    send_in_batches,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,7 +113,7 @@ class InternalClient:
         call as fit in ``max_body`` bytes (cluster_svc's limit, 1 MiB; at most
         1,000 items), and a call answered 413 anyway is split in two and each
         half sent again: a 413 is never an item's answer unless the item alone
-        is too large (:func:`shared.transport.send_in_batches`). Each item's own
+        is too large (:func:`idempotent_pair_client.transport.send_in_batches`). Each item's own
         status (201, 200, 404, 409, 410, 422) is classified as its single
         create's would be. When a call as a whole fails (no answer, a non-200
         status, a body without one result per item), each of its items gets that

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class HttpProblem(Exception):
     """An error a service answers as problem+json, one the client can act on; subclasses fix status and code.
 
-    (What a caller's client raises for such an answer is :class:`shared.service_client.ProblemError`.)
+    (What a caller's client raises for such an answer is :class:`idempotent_pair_client.core.ProblemError`.)
     """
 
     status: int = 500

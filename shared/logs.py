@@ -18,10 +18,10 @@ import logging.config
 import os
 from typing import Any
 
+from idempotent_pair_client.request_id import current_request_id
 from pythonjsonlogger.json import JsonFormatter
 
 from shared.config import ConfigError
-from shared.request_id import current_request_id
 
 FORMATS = ("text", "json")
 

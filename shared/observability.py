@@ -28,10 +28,11 @@ from typing import Any
 
 import flask_smorest
 from flask import Flask, Response, g, request
+from idempotent_pair_client import request_id
 from marshmallow import Schema, fields
 from sqlalchemy import text
 
-from shared import config, request_id
+from shared import config
 from shared.clock import ClockCollector, ClockWatch
 from shared.db import Database
 from shared.errors import PROBLEM_JSON, Unauthorized, database_unavailable_problem

@@ -14,7 +14,6 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 
-
 class InputSchema(ma.Schema):
     class Meta:
         unknown = ma.RAISE

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from idempotent_pair_client.platform import PlatformClient
 from sqlalchemy import create_engine, text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from platform_svc.client import PlatformClient
 from platform_svc.models import RESOURCES
 from shared.config import id_horizon_seconds
 from shared.horizon import Horizon
@@ -118,7 +118,7 @@ class PublicApi:
         return expect(self.call("POST", path, json=body), 201)
 
     def client(self, base_url: str | None = None, **options: Any) -> PlatformClient:
-        """A :class:`~platform_svc.client.PlatformClient` calling as this account: at platform_svc, or at
+        """A :class:`~idempotent_pair_client.platform.PlatformClient` calling as this account: at platform_svc, or at
         ``base_url`` (a fault proxy in front of it); ``options``: its ``timeout``, ``retry_for``, ...
         Closed with this account's sessions. Its calls are not tallied (the proxy's log records them)."""
         client = PlatformClient(base_url or self.pair.platform_svc.url, api_key=self.api_key, **options)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Flask
+from idempotent_pair_client.transport import ClientPolicy
 
 from platform_svc.console import auth
 from platform_svc.operations.runs import RepairRuns
@@ -18,7 +19,6 @@ from platform_svc.push.breaker import CircuitBreaker
 from shared.client import InternalClient
 from shared.db import Database
 from shared.horizon import Horizon
-from shared.transport import ClientPolicy
 
 BLUEPRINT = "console"
 ICON_BLUEPRINT = "console_icon"  # /favicon.ico, which a browser asks for on every page

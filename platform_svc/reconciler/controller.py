@@ -27,6 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import datetime
 
+from idempotent_pair_client import request_id
 from sqlalchemy import func, select
 
 from platform_svc.models import RESOURCES
@@ -35,7 +36,6 @@ from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.states import SyncState
-from shared import request_id
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from idempotent_pair_client.transport import ClientPolicy
 
 from platform_svc.operations.copies import RepairError
 from platform_svc.operations.leadership import Leadership
@@ -40,7 +41,6 @@ from platform_svc.settings import Settings
 from shared import config
 from shared.cli import stop_on_signals
 from shared.logs import configure_logging
-from shared.transport import ClientPolicy
 
 # How often the leader looks for repair runs asked for on the console.
 REQUESTED_RUNS_INTERVAL = 1.0

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from idempotent_pair_client.transport import ClientPolicy
+
 from platform_svc.operations.leadership import LEASE_SECONDS
 from shared import config
-from shared.transport import ClientPolicy
 
 
 @dataclass(frozen=True)

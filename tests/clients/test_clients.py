@@ -6,6 +6,7 @@ The proof against the real services, through the fault proxy, is tests/e2e/test_
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -13,10 +14,10 @@ import uuid
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from idempotent_pair_client.cluster import ClusterClient
+from idempotent_pair_client.core import caller_policy
+from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 
-from cluster_svc.client import ClusterClient
-from platform_svc.client import NoAnswer, PlatformClient, ProblemError
-from shared.service_client import caller_policy
 from tooling.scripted import drop, reply
 
 KEY = "api-key-for-tests"
@@ -369,8 +370,8 @@ def test_importing_the_clients_loads_no_service_stack():
     """A caller's process needs urllib3 and uuid6, nothing of the services' web or database stack."""
     program = (
         "import json, sys\n"
-        "from platform_svc.client import PlatformClient, ProblemError\n"
-        "from cluster_svc.client import ClusterClient\n"
+        "from idempotent_pair_client.platform import PlatformClient, ProblemError\n"
+        "from idempotent_pair_client.cluster import ClusterClient\n"
         "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
     )
     loaded = set(json.loads(subprocess.run(
@@ -379,17 +380,32 @@ def test_importing_the_clients_loads_no_service_stack():
 
     assert loaded & set(HEAVY) == set()
     third_party = {name for name in loaded - set(sys.stdlib_module_names) if not name.startswith("_")}
-    assert third_party == {"cluster_svc", "platform_svc", "shared", "urllib3", "uuid6"}
+    assert third_party == {"idempotent_pair_client", "urllib3", "uuid6"}
+
+
+def test_the_client_distribution_depends_on_neither_the_web_nor_the_database_stack():
+    """What ``pip install ./client`` brings into a caller's environment: its two dependencies, nothing else."""
+    import tomllib
+    from pathlib import Path
+
+    import idempotent_pair_client
+
+    project = tomllib.loads((Path(__file__).parents[2] / "client" / "pyproject.toml").read_text())["project"]
+    required = {re.split(r"[<>=!~ \[]", requirement, maxsplit=1)[0].lower() for requirement in project["dependencies"]}
+
+    assert project["name"] == "idempotent-pair-client" and project["version"] == idempotent_pair_client.__version__
+    assert required == {"urllib3", "uuid6"}
 
 
 def test_the_packages_say_they_are_typed():
     from pathlib import Path
 
     import cluster_svc
+    import idempotent_pair_client
     import platform_svc
     import shared
 
-    for package in (shared, platform_svc, cluster_svc):
+    for package in (shared, platform_svc, cluster_svc, idempotent_pair_client):
         assert (Path(package.__file__).parent / "py.typed").is_file()
 
 

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import uuid6
+from idempotent_pair_client.cluster import ClusterClient
+from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 from sqlalchemy import text
 
-from cluster_svc.client import ClusterClient
-from platform_svc.client import NoAnswer, PlatformClient, ProblemError
 from tests.helpers import cluster_body
 from tooling.faultproxy import Fault, FaultProxy, Plan
 from tooling.pair import TOKEN

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 import requests
+from idempotent_pair_client.platform import PlatformClient
 from sqlalchemy import text
 
 from platform_svc.api.admission import REFRESH_SECONDS
-from platform_svc.client import PlatformClient
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
 from tooling.testing import wait_for

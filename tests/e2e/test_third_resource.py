@@ -12,12 +12,12 @@ import sys
 import uuid
 
 import pytest
+from idempotent_pair_client.cluster import ClusterClient
+from idempotent_pair_client.platform import ProblemError
 from sqlalchemy import text
 
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
-from cluster_svc.client import ClusterClient
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
-from platform_svc.client import ProblemError
 from tests.helpers import cluster_body, with_account
 from tooling.pair import Pair
 from tooling.testing import ROOT, fresh_database, uuid7_ago

@@ -148,9 +148,10 @@ def rule(client, cluster):
 @pytest.fixture
 def live_pusher(platform_database, cluster_svc):
     """A reconciler's pusher that reaches cluster_svc."""
+    from idempotent_pair_client.transport import ClientPolicy
+
     from platform_svc.push.pusher import Pusher
     from shared.client import InternalClient
-    from shared.transport import ClientPolicy
 
     client = InternalClient(cluster_svc.url, TOKEN, ClientPolicy(connect_timeout=1, read_timeout=5, retries=1))
     yield Pusher(platform_database, client)
@@ -160,9 +161,10 @@ def live_pusher(platform_database, cluster_svc):
 @pytest.fixture
 def dead_pusher(platform_database):
     """Make a pusher, with a given RetryPolicy, whose calls cannot connect."""
+    from idempotent_pair_client.transport import ClientPolicy
+
     from platform_svc.push.pusher import Pusher
     from shared.client import InternalClient
-    from shared.transport import ClientPolicy
 
     clients = []
 

@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 import requests
+from idempotent_pair_client.transport import ClientPolicy
 
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, units
 from shared.client import InternalClient
-from shared.transport import ClientPolicy
 from tests.helpers import cluster_body, rule_body
 from tooling.faultproxy import FaultProxy
 from tooling.pair import TOKEN

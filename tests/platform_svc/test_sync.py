@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from idempotent_pair_client.transport import ClientPolicy
 from sqlalchemy import text
 
 from platform_svc.api import services
@@ -24,7 +25,6 @@ from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
 from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
 from shared.client import Answer, InternalClient, Outcome
-from shared.transport import ClientPolicy
 from tests.helpers import cluster_body, rule_body
 from tooling.pair import TOKEN
 from tooling.testing import assert_problem, db_row

@@ -11,8 +11,9 @@ import threading
 import time
 
 import pytest
+from idempotent_pair_client import request_id
+from idempotent_pair_client.transport import ClientPolicy
 
-from shared import request_id
 from shared.client import (
     RETRY_STATUSES,
     Answer,
@@ -22,7 +23,6 @@ from shared.client import (
     classify,
     encode,
 )
-from shared.transport import ClientPolicy
 from tooling.scripted import Action, Received, drop, reply
 
 TOKEN = "t0ken-for-tests"

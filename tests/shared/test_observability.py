@@ -13,11 +13,12 @@ import os
 import subprocess
 
 import pytest
+from idempotent_pair_client import request_id
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_svc import Settings, create_app
 from cluster_svc.cli import MIGRATIONS
-from shared import counters, request_id
+from shared import counters
 from shared.logs import logging_config
 from tooling.testing import console_script, fresh_database
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from cluster_svc.client import ClusterClient
+    from idempotent_pair_client.cluster import ClusterClient
 
     with ClusterClient("http://localhost:8001", token=INTERNAL_TOKEN) as internal:
         body = {"id": str(uuid6.uuid7()), ...}                  # the caller's ID is the idempotency key
@@ -10,10 +10,10 @@
         internal.update(f"/v1/<collection>/{body['id']}", {...}, generation=2)
         internal.delete(f"/v1/<collection>/{body['id']}")       # 204, or 404/410: nothing left to delete
 
-The same core as platform_svc's pushes (:mod:`shared.transport`), with a
-caller's policy: retries and errors as :mod:`shared.service_client` says
-(:class:`~shared.service_client.ProblemError` for a refusal, such as 409
-``id_conflict``; :class:`~shared.transport.NoAnswer` when nothing answered
+The same core as platform_svc's pushes (:mod:`idempotent_pair_client.transport`), with a
+caller's policy: retries and errors as :mod:`idempotent_pair_client.core` says
+(:class:`~idempotent_pair_client.core.ProblemError` for a refusal, such as 409
+``id_conflict``; :class:`~idempotent_pair_client.transport.NoAnswer` when nothing answered
 within ``retry_for``). Light to import: nothing of the service's web or
 database stack is loaded.
 """
@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
-from shared.service_client import ServiceClient
-from shared.service_client import ClientError, NoAnswer, ProblemError  # noqa: F401 (raised to the caller)
-from shared.transport import Reply, send_in_batches
+from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError, ServiceClient  # noqa: F401 (raised to the caller)
+from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
+from idempotent_pair_client.transport import Reply, send_in_batches
 
 
 class ClusterClient(ServiceClient):

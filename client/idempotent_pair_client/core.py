@@ -1,5 +1,5 @@
-"""What the clients a program uses to call the pair have in common (``platform_svc.client``,
-``cluster_svc.client``): they send through the one HTTP core (:mod:`shared.transport`)
+"""What the clients a program uses to call the pair have in common (``idempotent_pair_client.platform``,
+``idempotent_pair_client.cluster``): they send through the one HTTP core (:mod:`idempotent_pair_client.transport`)
 with a caller's policy, and raise instead of classifying.
 
 A call either returns what the service answered, or raises:
@@ -9,10 +9,10 @@ A call either returns what the service answered, or raises:
   once, with no retry; or the 5xx (or 429, 408) still answered when
   ``retry_for`` ran out. It carries the status, the problem's ``code`` and the
   whole RFC 9457 body.
-- :class:`~shared.transport.NoAnswer` when no attempt got an answer before
+- :class:`~idempotent_pair_client.transport.NoAnswer` when no attempt got an answer before
   ``retry_for`` ran out (refused, reset, timed out).
 
-Both are :class:`~shared.transport.ClientError`. The clients know no resource:
+Both are :class:`~idempotent_pair_client.transport.ClientError`. The clients know no resource:
 every method takes the route's path (``/v1/...``), so a resource added by
 declaration needs no change here.
 """
@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Self
 from urllib.parse import urlencode
 
-from shared.transport import ClientError, ClientPolicy, NoAnswer, Reply, Transport, reason
+from idempotent_pair_client.transport import ClientError, ClientPolicy, NoAnswer, Reply, Transport, reason
 
 __all__ = ["IN_FLIGHT_CODES", "ClientError", "NoAnswer", "ProblemError", "ServiceClient", "caller_policy"]
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from platform_svc.client import PlatformClient, ProblemError
+    from idempotent_pair_client.platform import PlatformClient, ProblemError
 
     with PlatformClient("http://localhost:8000", api_key=API_KEY) as api:
         made = api.create("/v1/<collection>", body)        # an Idempotency-Key of its own, on every retry
@@ -19,7 +19,7 @@ call (:meth:`PlatformClient.new_idempotency_key`), and after a restart finds
 what that key made with :meth:`PlatformClient.find_by_idempotency_key`, without
 sending the body again.
 
-Retries and errors: :mod:`shared.service_client` (:class:`ProblemError` for a
+Retries and errors: :mod:`idempotent_pair_client.core` (:class:`ProblemError` for a
 refusal, :class:`NoAnswer` when nothing answered within ``retry_for``). Light to
 import: nothing of the service's web or database stack is loaded.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 import uuid6
 
-from shared.service_client import ClientError, NoAnswer, ProblemError, ServiceClient, with_query  # noqa: F401 (raised to the caller)
+from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError, ServiceClient, with_query  # noqa: F401 (raised to the caller)
 
 __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
 

@@ -1,10 +1,10 @@
 """The one HTTP core every caller of the pair builds on: one call, its retries, and batches cut to fit.
 
 platform_svc's pushes and the reconciler (:class:`shared.client.InternalClient`)
-and the clients a program uses (``platform_svc.client`` and ``cluster_svc.client``)
+and the clients a program uses (``idempotent_pair_client.platform`` and ``idempotent_pair_client.cluster``)
 all send through :class:`Transport`; they differ only in their
 :class:`ClientPolicy` and in what they make of the answer. Light to import: the
-standard library, urllib3 and :mod:`shared.request_id`, nothing of the services'
+standard library, urllib3 and :mod:`idempotent_pair_client.request_id`, nothing of the services'
 web or database stack, so a caller's process loads none of it.
 
 urllib3 directly, not ``requests`` on top of it: requests' per-call preparation
@@ -56,7 +56,7 @@ from urllib3.connectionpool import connection_from_url
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import TimeoutError as CallTimedOut
 
-from shared import request_id
+from idempotent_pair_client import request_id
 
 # The statuses the push path retries within a call (cluster_svc overloaded or failing over).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

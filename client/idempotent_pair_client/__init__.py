@@ -1,0 +1,21 @@
+"""Clients of the idempotent pair: each call takes effect once, however often it is retried.
+
+- :class:`PlatformClient`: platform_svc's public API, as one account (its API key);
+- :class:`ClusterClient`: cluster_svc's internal API, with the internal token and the caller's own IDs.
+
+Both retry what can pass (no answer, 408, 429, every 5xx) until ``retry_for`` seconds have
+passed, with the same Idempotency-Key (or ID) on every attempt, and raise
+:class:`ProblemError` (one subclass per meaning, :mod:`idempotent_pair_client.errors`) for a
+refusal, or :class:`NoAnswer`. Importing this package loads urllib3 and uuid6 only.
+
+The pair's services send through the same HTTP core (:mod:`idempotent_pair_client.transport`).
+"""
+from __future__ import annotations
+
+from idempotent_pair_client.cluster import ClusterClient
+from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError
+from idempotent_pair_client.platform import PlatformClient
+
+__version__ = "0.1.0"
+
+__all__ = ["ClientError", "ClusterClient", "NoAnswer", "PlatformClient", "ProblemError", "__version__"]
