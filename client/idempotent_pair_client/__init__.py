@@ -13,9 +13,25 @@ The pair's services send through the same HTTP core (:mod:`idempotent_pair_clien
 from __future__ import annotations
 
 from idempotent_pair_client.cluster import ClusterClient
-from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError
+from idempotent_pair_client.core import Deletion, Meta, Object, Outcome
+from idempotent_pair_client.errors import (
+    ClientError,
+    Conflict,
+    Gone,
+    IdempotencyKeyReused,
+    NoAnswer,
+    NotFound,
+    ProblemError,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+    ValidationFailed,
+)
 from idempotent_pair_client.platform import PlatformClient
+from idempotent_pair_client.transport import VERSION as __version__
 
-__version__ = "0.1.0"
-
-__all__ = ["ClientError", "ClusterClient", "NoAnswer", "PlatformClient", "ProblemError", "__version__"]
+__all__ = [
+    "ClientError", "ClusterClient", "Conflict", "Deletion", "Gone", "IdempotencyKeyReused", "Meta", "NoAnswer",
+    "NotFound", "Object", "Outcome", "PlatformClient", "ProblemError", "RateLimited", "Unauthorized", "Unavailable",
+    "ValidationFailed", "__version__",
+]

@@ -19,38 +19,63 @@ database stack is loaded.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
-from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError, ServiceClient  # noqa: F401 (raised to the caller)
+from idempotent_pair_client.core import (
+    ClientError,
+    Deletion,
+    Meta,
+    NoAnswer,
+    Object,
+    Outcome,
+    ServiceClient,
+    body_of,
+    from_environment,
+)
+from idempotent_pair_client.errors import ProblemError, problem_error
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
-from idempotent_pair_client.transport import Reply, send_in_batches
+from idempotent_pair_client.transport import Attempt, Reply, send_in_batches
+
+__all__ = ["ClientError", "ClusterClient", "NoAnswer", "ProblemError"]
+
+URL_VARIABLE, TOKEN_VARIABLE = "PAIR_CLUSTER_URL", "PAIR_INTERNAL_TOKEN"
 
 
 class ClusterClient(ServiceClient):
     """cluster_svc's internal API with the internal token; thread-safe, pooled, keep-alive.
 
+    ``base_url`` and ``token``: when not given, ``PAIR_CLUSTER_URL`` and ``PAIR_INTERNAL_TOKEN``.
     ``token``: the internal token, or ``INTERNAL_TOKEN`` as set during a rotation (several,
     comma-separated): the first is the one sent, as the services send it.
     ``timeout``: seconds each attempt may wait to connect, and again to read.
     ``retry_for``: seconds during which failed attempts are retried; a call takes
-    at most that plus one attempt. Paths are the API's (``/v1/...``).
+    at most that plus one attempt (both may be given to any call, for it alone).
+    Paths are the API's (``/v1/...``).
+
+    :raise ValueError: no URL or no token, given or in the environment.
     """
 
     def __init__(
-        self, base_url: str, *, token: str, timeout: float = 10.0, retry_for: float = 60.0, pool_size: int = 10
+        self, base_url: str | None = None, *, token: str | None = None, timeout: float = 10.0,
+        retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
     ) -> None:
-        super().__init__(base_url, token.split(",", 1)[0].strip(), timeout=timeout, retry_for=retry_for,
-                         pool_size=pool_size)
+        sent = from_environment(token, TOKEN_VARIABLE, "internal token").split(",", 1)[0].strip()
+        super().__init__(from_environment(base_url, URL_VARIABLE, "cluster_svc URL"), sent, timeout=timeout,
+                         retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
 
-    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+    ) -> Object:
         """Create-or-return ``body`` (it carries the caller's ``id``) in the collection at ``path``: the
-        object, created (201) or already there (200: an earlier attempt, or call, made it).
+        object, created (``meta.status`` 201) or already there (200: an earlier attempt, or call, made it).
 
-        :raise ProblemError: 409 ``id_conflict`` (the ID holds other immutable fields), 410 (deleted, or
-            ``id_expired``), 404 (no such parent), 422 ... :raise NoAnswer:
+        :raise Conflict: 409 ``id_conflict`` (the ID holds other immutable fields). :raise Gone: deleted,
+            or ``id_expired``. :raise NotFound: no such parent. :raise ValidationFailed: ... :raise NoAnswer:
+        :raise TypeError: ``body`` is not a mapping.
         """
-        return self._object("POST", path, dict(body), ok=(200, 201))
+        return self._object("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
+                            retry_for=retry_for)
 
     def create_batch(self, path: str, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any] | ProblemError]:
         """Create-or-return every item with the collection's batch route (``path`` + ``/batch``, or ``path``
@@ -66,28 +91,45 @@ class ClusterClient(ServiceClient):
         route = path if path.endswith("/batch") else f"{path.rstrip('/')}/batch"
         results: list[dict[str, Any] | ProblemError] = []
         calls = send_in_batches(
-            lambda chunk: self.transport.send("POST", route, {"items": chunk}), [dict(item) for item in items],
+            lambda chunk: self.transport.send("POST", route, {"items": chunk}, on_attempt=self.on_attempt),
+            [body_of(item, f"items[{index}]") for index, item in enumerate(items)],
             max_items=MAX_BATCH_ITEMS, max_bytes=MAX_BODY_BYTES, too_large=lambda reply: reply.status == 413,
         )
         for chunk, reply in calls:
             results += _item_results(route, len(results), chunk, reply)
         return results
 
-    def update(self, path: str, fields: Mapping[str, Any], *, generation: int) -> dict[str, Any]:
+    def update(
+        self, path: str, fields: Mapping[str, Any], *, generation: int, timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Object:
         """PUT ``fields`` at ``generation``: applied when that is above the stored one, else nothing changes;
         either way the object as it is now.
 
-        :raise ProblemError: 404, 410 (deleted), 422 ... :raise NoAnswer:
+        :raise NotFound: :raise Gone: (deleted) :raise ValidationFailed: ... :raise NoAnswer:
+        :raise TypeError: ``fields`` is not a mapping.
         """
-        return self._object("PUT", path, {**fields, "generation": generation})
+        return self._object("PUT", path, {**body_of(fields, "fields"), "generation": generation}, timeout=timeout,
+                            retry_for=retry_for)
 
-    def delete(self, path: str) -> None:
-        """Delete the object at ``path``. Done when nothing is left there: 204, 410 (deleted already: an
-        earlier attempt whose answer was lost, say) and 404 (never made; a tombstone is recorded).
+    def delete(
+        self, path: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Deletion:
+        """Delete the object at ``path``: ``DELETED`` (204), ``ALREADY_GONE`` (410: deleted before, by an
+        earlier attempt whose answer was lost, say) or ``NEVER_SEEN`` (404).
 
-        :raise ProblemError: :raise NoAnswer:
+        cluster_svc records a tombstone for an ID it never held, so that a create arriving later
+        never makes it: that is ``unknown="tombstone"``. With ``unknown="refuse"`` an ID it never
+        held is not deleted at all (it is read first) and :class:`NotFound` is raised instead.
+
+        :raise NotFound: (``unknown="refuse"``) :raise NoAnswer:
         """
-        self._call("DELETE", path, ok=(204, 404, 410))
+        if unknown == "refuse":  # NotFound, raised by the read, before any delete is sent
+            self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
+        reply = self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)
+        outcome = {204: Outcome.DELETED, 410: Outcome.ALREADY_GONE}.get(reply.status, Outcome.NEVER_SEEN)
+        return Deletion(outcome, Meta.of(reply))
 
 
 def _item_results(
@@ -95,15 +137,16 @@ def _item_results(
 ) -> list[dict[str, Any] | ProblemError]:
     """One batch call's answer, one entry per item of ``chunk`` (item ``first`` of the whole batch onward)."""
     if reply.status == 413 and len(chunk) == 1:  # this item alone is too large
-        return [ProblemError(f"POST {route} item {first}", 413, reply.body)]
+        return [problem_error(f"POST {route} item {first}", 413, reply.body, reply.request_id)]
     if reply.status != 200:
-        raise ProblemError(f"POST {route}", reply.status, reply.body)
+        raise problem_error(f"POST {route}", reply.status, reply.body, reply.request_id)
     answers = reply.body.get("results") if isinstance(reply.body, dict) else None
     if not isinstance(answers, list) or len(answers) != len(chunk) or not all(map(_is_result, answers)):
         raise ClientError(f"POST {route}: 200 without one result per item")
     return [
         answer.get("object") if answer.get("status") in (200, 201)
-        else ProblemError(f"POST {route} item {first + index}", answer.get("status"), answer.get("problem"))
+        else problem_error(f"POST {route} item {first + index}", answer["status"], answer.get("problem"),
+                           reply.request_id)
         for index, answer in enumerate(answers)
     ]
 

@@ -1,31 +1,38 @@
-"""What the clients a program uses to call the pair have in common (``idempotent_pair_client.platform``,
-``idempotent_pair_client.cluster``): they send through the one HTTP core (:mod:`idempotent_pair_client.transport`)
-with a caller's policy, and raise instead of classifying.
+"""What the clients a program uses to call the pair have in common (:mod:`idempotent_pair_client.platform`,
+:mod:`idempotent_pair_client.cluster`): they send through the one HTTP core
+(:mod:`idempotent_pair_client.transport`) with a caller's policy, and raise instead of classifying.
 
 A call either returns what the service answered, or raises:
 
-- :class:`ProblemError` for a refusal: any 4xx but those worth another try
-  (408, 429, a 409 whose problem code says the request is still in flight), at
-  once, with no retry; or the 5xx (or 429, 408) still answered when
-  ``retry_for`` ran out. It carries the status, the problem's ``code`` and the
-  whole RFC 9457 body.
-- :class:`~idempotent_pair_client.transport.NoAnswer` when no attempt got an answer before
-  ``retry_for`` ran out (refused, reset, timed out).
+- a :class:`~idempotent_pair_client.errors.ProblemError` of the refusal's kind
+  (:mod:`idempotent_pair_client.errors`): any 4xx but those worth another try (408,
+  429, a 409 whose problem code says the request is still in flight), at once, with
+  no retry; or the 5xx (or 429, 408) still answered when ``retry_for`` ran out.
+- :class:`~idempotent_pair_client.transport.NoAnswer` when no attempt got an answer
+  before ``retry_for`` ran out (refused, reset, timed out).
 
-Both are :class:`~idempotent_pair_client.transport.ClientError`. The clients know no resource:
-every method takes the route's path (``/v1/...``), so a resource added by
-declaration needs no change here.
+Every object returned is an :class:`Object` (a ``dict``) whose ``meta`` says how it was
+answered (:class:`Meta`: the status, replayed or not, the request ID, the rate-limit
+state, ``Location``), so no second call is needed to learn it. Every method takes
+``timeout`` and ``retry_for`` for that call alone.
 """
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Iterator, Mapping
+import dataclasses
+import enum
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import urlencode
 
-from idempotent_pair_client.transport import ClientError, ClientPolicy, NoAnswer, Reply, Transport, reason
+from idempotent_pair_client.errors import ClientError, NoAnswer, ProblemError, problem_error
+from idempotent_pair_client.transport import Attempt, ClientPolicy, Reply, Transport
 
-__all__ = ["IN_FLIGHT_CODES", "ClientError", "NoAnswer", "ProblemError", "ServiceClient", "caller_policy"]
+__all__ = [
+    "IN_FLIGHT_CODES", "ClientError", "Deletion", "Meta", "NoAnswer", "Object", "Outcome", "ProblemError", "ServiceClient", "caller_policy",
+]
 
 # A 409 with one of these problem codes: the same request (same Idempotency-Key) is still being served; worth
 # another try. Neither service answers one today (platform_svc answers 200 with the object: decision 0005).
@@ -60,32 +67,91 @@ def caller_policy(*, timeout: float, retry_for: float, pool_size: int = 10) -> C
     )
 
 
-class ProblemError(ClientError):
-    """The service refused the call: ``status``, the problem's ``code`` (None without one) and ``problem``,
-    the RFC 9457 body (``{}`` when the answer had none), e.g. a ``validation_error``'s per-field ``errors``."""
+@dataclass(frozen=True)
+class RateLimit:
+    """The account's window as the answer's ``RateLimit-*`` headers gave it."""
 
-    def __init__(self, call: str, status: int, problem: Any) -> None:
-        self.call = call  # "POST /v1/...", what was refused
-        self.status = status
-        self.problem: dict[str, Any] = problem if isinstance(problem, dict) else {}
-        code = self.problem.get("code")
-        self.code: str | None = code if isinstance(code, str) else None
-        super().__init__(reason(call, status, self.problem))
+    limit: int | None
+    remaining: int | None
+    reset: int | None  # seconds until the window ends
+
+
+@dataclass(frozen=True)
+class Meta:
+    """How a call was answered: the final ``status`` (201 created, 200 there already, ...), whether
+    the service ``replayed`` an earlier create's answer (Idempotent-Replayed), the ``request_id``
+    every attempt carried, the ``rate_limit`` state, ``location`` and how many ``attempts`` it took."""
+
+    status: int
+    replayed: bool
+    request_id: str | None
+    rate_limit: RateLimit | None
+    location: str | None
+    attempts: int
+
+    @classmethod
+    def of(cls, reply: Reply) -> Meta:
+        headers = reply.headers
+        limits = [_int(headers.get(f"RateLimit-{name}")) for name in ("Limit", "Remaining", "Reset")]
+        return cls(
+            reply.status, headers.get("Idempotent-Replayed", "").lower() == "true", reply.request_id,
+            RateLimit(*limits) if any(value is not None for value in limits) else None, headers.get("Location"),
+            reply.attempts,
+        )
+
+
+class Object(dict[str, Any]):
+    """An object as the service answered it (its fields, as a ``dict``), with ``meta``: how it was answered."""
+
+    meta: Meta
+
+    def __init__(self, fields: Mapping[str, Any], meta: Meta) -> None:
+        super().__init__(fields)
+        self.meta = meta
+
+
+class Outcome(enum.Enum):
+    """What a delete found."""
+
+    DELETED = "deleted"  # it was alive, and is deleted now (202: the platform tells cluster_svc next)
+    ALREADY_GONE = "already gone"  # 410: deleted before (by an earlier attempt whose answer was lost, say)
+    NEVER_SEEN = "never seen"  # 404 from cluster_svc: no such object; a tombstone keeps its ID from ever being made
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A delete's outcome, and how it was answered."""
+
+    outcome: Outcome
+    meta: Meta
+
+
+def from_environment(given: str | None, variable: str, what: str) -> str:
+    """``given``, else the environment's ``variable``. :raise ValueError: neither (naming both ways)."""
+    value = given if given is not None else os.environ.get(variable, "").strip()
+    if not value:
+        raise ValueError(f"no {what}: pass it, or set {variable}")
+    return value
 
 
 class ServiceClient:
-    """A client of one service, calling with a bearer ``credential``; thread-safe, pooled, keep-alive."""
+    """A client of one service, calling with a bearer ``credential``; thread-safe, pooled, keep-alive.
 
-    def __init__(self, base_url: str, credential: str, *, timeout: float, retry_for: float, pool_size: int) -> None:
-        self.transport = Transport(
-            base_url,
-            {"Authorization": f"Bearer {credential}"},
-            caller_policy(timeout=timeout, retry_for=retry_for, pool_size=pool_size),
-        )
+    ``on_attempt``, when given, is told every attempt of every call (:class:`~idempotent_pair_client.transport.Attempt`):
+    what it got and the pause before the next. Retries are also logged at DEBUG on ``idempotent_pair_client``.
+    """
 
-    def get(self, path: str) -> dict[str, Any]:
-        """The object at ``path``. :raise ProblemError: 404, 410 (deleted), ... :raise NoAnswer:"""
-        return self._object("GET", path)
+    def __init__(
+        self, base_url: str, credential: str, *, timeout: float, retry_for: float, pool_size: int,
+        on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> None:
+        self.policy = caller_policy(timeout=timeout, retry_for=retry_for, pool_size=pool_size)
+        self.transport = Transport(base_url, {"Authorization": f"Bearer {credential}"}, self.policy)
+        self.on_attempt = on_attempt
+
+    def get(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Object:
+        """The object at ``path``. :raise NotFound: :raise Gone: (deleted) ... :raise NoAnswer:"""
+        return self._object("GET", path, timeout=timeout, retry_for=retry_for)
 
     def list(self, path: str, **filters: str | int | bool | None) -> Iterator[dict[str, Any]]:
         """Every object of the listing at ``path``, page after page (keyset: each page's ``next_after``
@@ -116,13 +182,13 @@ class ServiceClient:
 
     def _object(
         self, method: str, path: str, body: Any = None, *, ok: Collection[int] = (200,),
-        headers: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+        headers: Mapping[str, str] | None = None, timeout: float | None = None, retry_for: float | None = None,
+    ) -> Object:
         """One call whose answer is an object (a JSON object body)."""
-        reply = self._call(method, path, body, ok=ok, headers=headers)
+        reply = self._call(method, path, body, ok=ok, headers=headers, timeout=timeout, retry_for=retry_for)
         if not isinstance(reply.body, dict):
             raise ClientError(f"{method} {path}: {reply.status} without an object")
-        return reply.body
+        return Object(reply.body, Meta.of(reply))
 
     def _call(
         self,
@@ -132,12 +198,36 @@ class ServiceClient:
         *,
         ok: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
     ) -> Reply:
-        """One call with its retries; an answer other than ``ok`` raises."""
-        reply = self.transport.send(method, path, body, headers=headers)
+        """One call with its retries (``timeout`` and ``retry_for``: this call's own); an answer other than
+        ``ok`` raises the :class:`ProblemError` of its kind."""
+        policy = self.policy
+        if timeout is not None or retry_for is not None:
+            policy = dataclasses.replace(
+                caller_policy(timeout=timeout if timeout is not None else policy.read_timeout,
+                              retry_for=retry_for if retry_for is not None else float(policy.retry_for or 0)),
+                pool_size=policy.pool_size,
+            )
+        reply = self.transport.send(method, path, body, headers=headers, policy=policy, on_attempt=self.on_attempt)
         if reply.status not in ok:
-            raise ProblemError(f"{method} {path}", reply.status, reply.body)
+            raise problem_error(f"{method} {path}", reply.status, reply.body, reply.request_id)
         return reply
+
+
+def body_of(body: Any, argument: str) -> dict[str, Any]:
+    """A call's JSON object, from a mapping. :raise TypeError: anything else, naming the argument."""
+    if not isinstance(body, Mapping):
+        raise TypeError(f"{argument} must be a mapping of field names to values, not {type(body).__name__}")
+    return dict(body)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def with_query(path: str, query: Mapping[str, str]) -> str:

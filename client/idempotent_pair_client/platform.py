@@ -25,60 +25,93 @@ import: nothing of the service's web or database stack is loaded.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import uuid6
 
-from idempotent_pair_client.core import ClientError, NoAnswer, ProblemError, ServiceClient, with_query  # noqa: F401 (raised to the caller)
+from idempotent_pair_client.core import (
+    ClientError,
+    Deletion,
+    Meta,
+    NoAnswer,
+    Object,
+    Outcome,
+    ProblemError,
+    ServiceClient,
+    body_of,
+    from_environment,
+    with_query,
+)
+from idempotent_pair_client.transport import Attempt
 
 __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
+
+URL_VARIABLE, KEY_VARIABLE = "PAIR_PLATFORM_URL", "PAIR_API_KEY"
 
 
 class PlatformClient(ServiceClient):
     """platform_svc's public API as one account (its API key); thread-safe, pooled, keep-alive.
 
+    ``base_url`` and ``api_key``: when not given, ``PAIR_PLATFORM_URL`` and ``PAIR_API_KEY``.
     ``timeout``: seconds each attempt may wait to connect, and again to read.
     ``retry_for``: seconds during which failed attempts are retried; a call takes
-    at most that plus one attempt. Paths are the API's (``/v1/...``).
+    at most that plus one attempt (both may be given to any call, for it alone).
+    Paths are the API's (``/v1/...``).
+
+    :raise ValueError: no URL or no key, given or in the environment.
     """
 
     def __init__(
-        self, base_url: str, *, api_key: str, timeout: float = 10.0, retry_for: float = 60.0, pool_size: int = 10
+        self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 10.0,
+        retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, timeout=timeout, retry_for=retry_for, pool_size=pool_size)
+        super().__init__(
+            from_environment(base_url, URL_VARIABLE, "platform_svc URL"),
+            from_environment(api_key, KEY_VARIABLE, "API key"),
+            timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt,
+        )
 
     @staticmethod
     def new_idempotency_key() -> str:
         """A fresh key (a UUIDv7), for a caller that keeps it before the call to recover after a crash."""
         return str(uuid6.uuid7())
 
-    def create(self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
-        """Create an object in the collection at ``path``: the object (201), or the one this key made (200).
+    def create(
+        self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
+        timeout: float | None = None, retry_for: float | None = None,
+    ) -> Object:
+        """Create an object in the collection at ``path``: the object (``meta.status`` 201), or the one this
+        key made (200, ``meta.replayed``).
 
-        :raise ProblemError: 422 ``validation_error`` (per-field ``errors``) or
-            ``idempotency_key_reused`` (the key went with another body), 400
-            ``invalid_idempotency_key``, 410 (the key's object was deleted), 404 (no such parent), ...
-        :raise NoAnswer:
+        :raise ValidationFailed: 422 ``validation_error`` (``fields``: what is wrong with each).
+        :raise IdempotencyKeyReused: the key went with another body.
+        :raise Gone: the key's object was deleted. :raise NotFound: no such parent. :raise NoAnswer:
+        :raise TypeError: ``body`` is not a mapping.
         """
         key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
-        return self._object("POST", path, dict(body), ok=(200, 201), headers={"Idempotency-Key": key})
+        return self._object("POST", path, body_of(body, "body"), ok=(200, 201), headers={"Idempotency-Key": key},
+                            timeout=timeout, retry_for=retry_for)
 
-    def update(self, path: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    def update(
+        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+    ) -> Object:
         """Change the object at ``path`` (PATCH ``fields``): the object as it is now.
 
-        :raise ProblemError: 404, 410 (deleted), 422 ... :raise NoAnswer:
+        :raise NotFound: :raise Gone: (deleted) :raise ValidationFailed: ... :raise NoAnswer:
+        :raise TypeError: ``fields`` is not a mapping.
         """
-        return self._object("PATCH", path, dict(fields))
+        return self._object("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for)
 
-    def delete(self, path: str) -> None:
-        """Delete the object at ``path``. Done when it is deleted: 204, 202 (cluster_svc not told yet), and
-        410, which a retry after a lost answer meets (the first attempt deleted it), as does a delete of an
-        object deleted before.
+    def delete(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
+        """Delete the object at ``path``: ``DELETED`` (204, or 202: cluster_svc not told yet), or
+        ``ALREADY_GONE`` (410: a retry after a lost answer meets it, as does a delete of an object
+        deleted before). Either way it is deleted.
 
-        :raise ProblemError: 404 (no such object in this account), ... :raise NoAnswer:
+        :raise NotFound: no such object in this account. :raise NoAnswer:
         """
-        self._call("DELETE", path, ok=(202, 204, 410))
+        reply = self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
+        return Deletion(Outcome.ALREADY_GONE if reply.status == 410 else Outcome.DELETED, Meta.of(reply))
 
     def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
         """The live object a create with ``key`` made in the collection at ``path``, or None (none, or

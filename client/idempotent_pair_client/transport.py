@@ -38,11 +38,16 @@ has passed, and a pause never reaches past it; each attempt keeps its own
 timeouts); a ``Retry-After`` asking for more than either leaves (the server's
 word is taken: the last answer is the call's). The last answer is then the
 call's; with none, :class:`NoAnswer` is raised.
+
+Each retry is logged at DEBUG on the ``idempotent_pair_client`` logger (the call, the
+attempt, what it got, the pause), and told to ``on_attempt`` when a caller gives one.
 """
 from __future__ import annotations
 
 import email.utils
 import json
+import logging
+import platform
 import random
 import re
 import time
@@ -57,6 +62,10 @@ from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionErro
 from urllib3.exceptions import TimeoutError as CallTimedOut
 
 from idempotent_pair_client import request_id
+
+log = logging.getLogger("idempotent_pair_client")
+VERSION = "0.1.0"  # the distribution's (client/pyproject.toml; a test holds them equal)
+USER_AGENT = f"idempotent-pair-client/{VERSION} (python {platform.python_version()})"
 
 # The statuses the push path retries within a call (cluster_svc overloaded or failing over).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -157,6 +166,21 @@ class Reply:
     # answer's Date was stamped between the two (shared.clock compares them).
     sent_at: float = 0.0
     received_at: float = 0.0
+    request_id: str | None = None  # the X-Request-ID every attempt of the call carried
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a call, as ``on_attempt`` is told it: what it got (a status, or the error
+    of an attempt that got no answer) and the pause before the next (None: it was the last)."""
+
+    method: str
+    path: str
+    number: int  # 1 for the first
+    status: int | None
+    error: Exception | None
+    pause: float | None
+    request_id: str
 
 
 class Transport:
@@ -170,7 +194,7 @@ class Transport:
         # more (dropped afterwards) rather than waiting for one to come back.
         self._pool = connection_from_url(self.base_url, maxsize=policy.pool_size, block=False)
         self._prefix = urlsplit(self.base_url).path  # what the pool's requests put before a route's path
-        self._headers = {**headers, "Accept": "application/json"}
+        self._headers = {"User-Agent": USER_AGENT, **headers, "Accept": "application/json"}
         self._json_headers = {**self._headers, "Content-Type": "application/json"}
 
     def send(
@@ -181,16 +205,21 @@ class Transport:
         *,
         headers: Mapping[str, str] | None = None,
         deadline: float | None = None,
+        policy: ClientPolicy | None = None,
+        on_attempt: Callable[[Attempt], None] | None = None,
     ) -> Reply:
         """One call with its retries: the answer it ended with.
 
         ``body``: sent as JSON unless None. ``headers``: added to this call's (the
         same on every retry). ``deadline`` (a time.monotonic() value) ends it sooner
         than the policy's ``total_timeout`` would (a caller's budget already partly spent).
+        ``policy``: this call's, instead of the transport's. ``on_attempt``: told each attempt.
 
         :raise NoAnswer: no attempt got an HTTP answer.
         """
-        policy = self.policy
+        policy = policy or self.policy
+        timeout = self._timeout if policy is self.policy else urllib3.Timeout(
+            connect=policy.connect_timeout, read=policy.read_timeout)
         started = time.monotonic()
         if policy.total_timeout is not None:
             own = started + policy.total_timeout
@@ -199,6 +228,7 @@ class Transport:
         sent = dict(self._headers if body is None else self._json_headers)
         sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
         sent.update(headers or {})
+        call_id = sent[request_id.HEADER]
         payload = None if body is None else encode(body)
         attempts = 0
         while True:
@@ -208,7 +238,7 @@ class Transport:
             try:
                 response = self._pool.urlopen(
                     method, self._prefix + path, body=payload, headers=sent, retries=False,
-                    timeout=self._timeout if deadline is None else _timeout_within(deadline, policy),
+                    timeout=timeout if deadline is None else _timeout_within(deadline, policy),
                     redirect=False,
                 )
             except HTTPError as exc:
@@ -217,11 +247,18 @@ class Transport:
                     raise NoAnswer(method, path, exc, attempts=attempts, elapsed=time.monotonic() - started) from exc
             else:
                 error = None
-                reply = Reply(response.status, response.headers, decode(response.data), attempts, sent_at, time.time())
+                reply = Reply(response.status, response.headers, decode(response.data), attempts, sent_at, time.time(),
+                              call_id)
                 if not policy.retries_answer(reply.status, reply.body, has_retry_after=bool(
                         response.headers.get("Retry-After"))):
+                    _tell(on_attempt, Attempt(method, path, attempts, reply.status, None, None, call_id))
                     return reply
-            pause = self._pause(attempts, reply, deadline, window)
+            pause = self._pause(policy, attempts, reply, deadline, window)
+            attempt = Attempt(method, path, attempts, reply.status if reply else None, error, pause, call_id)
+            _tell(on_attempt, attempt)
+            if pause is not None:
+                log.debug("%s %s (request %s): attempt %d got %s; retrying in %.2f s", method, path, call_id,
+                          attempts, reply.status if reply else describe(error or Exception()), pause)
             if pause is None:
                 if reply is not None:
                     return reply
@@ -230,9 +267,11 @@ class Transport:
             if pause > 0:
                 time.sleep(pause)
 
-    def _pause(self, attempts: int, reply: Reply | None, deadline: float | None, window: float | None) -> float | None:
+    @staticmethod
+    def _pause(
+        policy: ClientPolicy, attempts: int, reply: Reply | None, deadline: float | None, window: float | None
+    ) -> float | None:
         """Seconds to wait before the next attempt, or None: no further attempt."""
-        policy = self.policy
         if policy.retries is not None and attempts > policy.retries:
             return None
         asked = None if reply is None else retry_after(reply.headers, policy.retry_after_max)
@@ -263,6 +302,11 @@ class Transport:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _tell(on_attempt: Callable[[Attempt], None] | None, attempt: Attempt) -> None:
+    if on_attempt is not None:
+        on_attempt(attempt)
 
 
 def _timeout_within(deadline: float, policy: ClientPolicy) -> urllib3.Timeout:

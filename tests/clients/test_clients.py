@@ -6,6 +6,8 @@ The proof against the real services, through the fault proxy, is tests/e2e/test_
 from __future__ import annotations
 
 import json
+import logging
+import platform as platform_module
 import re
 import subprocess
 import sys
@@ -13,12 +15,23 @@ import time
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
+import idempotent_pair_client
 import pytest
 from idempotent_pair_client.cluster import ClusterClient
-from idempotent_pair_client.core import caller_policy
+from idempotent_pair_client.core import Outcome, caller_policy
+from idempotent_pair_client.errors import (
+    Conflict,
+    Gone,
+    IdempotencyKeyReused,
+    NotFound,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+    ValidationFailed,
+)
 from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 
-from tooling.scripted import drop, reply
+from tooling.scripted import drop, hang, reply
 
 KEY = "api-key-for-tests"
 TOKEN = "internal-token-for-tests"
@@ -109,11 +122,14 @@ def test_the_internal_client_creates_with_the_callers_id_and_updates_with_a_gene
 # -- deletes ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [204, 202, 410])
-def test_a_public_delete_is_done_when_the_object_is_deleted(platform, server, status):
+@pytest.mark.parametrize(("status", "outcome"), [(204, Outcome.DELETED), (202, Outcome.DELETED),
+                                                 (410, Outcome.ALREADY_GONE)])
+def test_a_public_delete_says_whether_it_deleted_or_found_it_gone(platform, server, status, outcome):
     server.script(reply(status, OBJECT if status == 202 else problem(410, "gone") if status == 410 else None))
 
-    assert platform.delete("/v1/things/x") is None
+    done = platform.delete("/v1/things/x")
+
+    assert (done.outcome, done.meta.status) == (outcome, status)
     assert len(server.requests) == 1
 
 
@@ -121,23 +137,34 @@ def test_a_public_delete_is_done_when_the_object_is_deleted(platform, server, st
 def test_a_delete_retried_after_a_lost_answer_that_finds_it_deleted_is_done(make, server, kind):
     server.script(drop(), reply(410, problem(410, "gone")))
 
-    assert make(kind).delete("/v1/things/x") is None
+    done = make(kind).delete("/v1/things/x")
+
+    assert (done.outcome, done.meta.attempts) == (Outcome.ALREADY_GONE, 2)
     assert [r.method for r in server.requests] == ["DELETE", "DELETE"]
 
 
-@pytest.mark.parametrize("status", [204, 404, 410])
-def test_an_internal_delete_is_done_when_nothing_is_left(internal, server, status):
+@pytest.mark.parametrize(("status", "outcome"), [(204, Outcome.DELETED), (404, Outcome.NEVER_SEEN),
+                                                 (410, Outcome.ALREADY_GONE)])
+def test_an_internal_delete_says_what_it_found(internal, server, status, outcome):
     server.script(reply(status, None if status == 204 else problem(status, "x")))
 
-    assert internal.delete("/v1/things/x") is None
+    assert internal.delete("/v1/things/x").outcome is outcome
+
+
+def test_an_internal_delete_that_refuses_unknown_ids_sends_no_delete_for_one(internal, server):
+    server.script(reply(404, problem(404, "not_found")))
+
+    with pytest.raises(NotFound):
+        internal.delete("/v1/things/x", unknown="refuse")
+    assert [r.method for r in server.requests] == ["GET"]  # no DELETE, so no tombstone
 
 
 def test_a_public_delete_of_nothing_in_the_account_raises(platform, server):
     server.script(reply(404, problem(404, "not_found")))
 
-    with pytest.raises(ProblemError) as raised:
+    with pytest.raises(NotFound) as raised:
         platform.delete("/v1/things/x")
-    assert (raised.value.status, raised.value.code) == (404, "not_found")
+    assert (raised.value.status, raised.value.code) == (404, "not_found") and raised.value.request_id
 
 
 # -- what is retried, what raises at once -------------------------------------------------------
@@ -400,8 +427,9 @@ def test_the_client_distribution_depends_on_neither_the_web_nor_the_database_sta
 def test_the_packages_say_they_are_typed():
     from pathlib import Path
 
-    import cluster_svc
     import idempotent_pair_client
+
+    import cluster_svc
     import platform_svc
     import shared
 
@@ -417,3 +445,109 @@ def test_the_internal_client_given_a_list_of_tokens_sends_the_first(server):
 
     [sent] = server.requests
     assert sent.headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+# -- errors by kind, every answer's metadata, per-call options, the environment -------------------------------
+
+
+@pytest.mark.parametrize(("status", "code", "kind"), [
+    (401, "unauthorized", Unauthorized), (403, "forbidden", Unauthorized), (404, "not_found", NotFound),
+    (409, "id_conflict", Conflict), (410, "gone", Gone), (422, "validation_error", ValidationFailed),
+    (422, "idempotency_key_reused", IdempotencyKeyReused), (400, "bad_request", ProblemError),
+])
+def test_a_refusal_raises_the_error_of_its_meaning_with_the_request_id(platform, server, status, code, kind):
+    server.script(reply(status, problem(status, code)))
+
+    with pytest.raises(kind) as raised:
+        platform.get("/v1/things/x")
+
+    assert type(raised.value) is kind and isinstance(raised.value, ProblemError)
+    assert (raised.value.status, raised.value.code) == (status, code)
+    assert raised.value.request_id == server.requests[0].headers["X-Request-ID"]
+    assert raised.value.request_id in str(raised.value)
+
+
+@pytest.mark.parametrize(("status", "kind"), [(429, RateLimited), (503, Unavailable), (500, Unavailable)])
+def test_what_is_still_refused_when_retry_for_runs_out_raises_its_kind(make, server, status, kind):
+    server.script(reply(status, problem(status, "x")))
+
+    with pytest.raises(kind):
+        make(PlatformClient, retry_for=0.0).get("/v1/things/x")
+
+
+def test_a_validation_failure_says_each_field_in_its_message(platform, server):
+    errors = {"json": {"storage_gb": ["Must be at least 10."], "plan": ["Must be one of: a, b."]}}
+    server.script(reply(422, problem(422, "validation_error", errors=errors)))
+
+    with pytest.raises(ValidationFailed) as raised:
+        platform.create("/v1/things", {"storage_gb": 1})
+
+    assert raised.value.fields == {"storage_gb": ["Must be at least 10."], "plan": ["Must be one of: a, b."]}
+    assert "storage_gb: Must be at least 10." in str(raised.value) and "plan: Must be one of" in str(raised.value)
+
+
+@pytest.mark.parametrize("body", [["a", "list"], "text", None, 3])
+def test_a_body_that_is_not_a_mapping_is_a_type_error_naming_the_argument(platform, internal, server, body):
+    with pytest.raises(TypeError, match="^body must be a mapping"):
+        platform.create("/v1/things", body)
+    with pytest.raises(TypeError, match="^fields must be a mapping"):
+        internal.update("/v1/things/x", body, generation=2)
+    with pytest.raises(TypeError, match=r"^items\[1\] must be a mapping"):
+        internal.create_batch("/v1/things", [{}, body])
+    assert server.requests == []  # nothing sent
+
+
+def test_every_answer_says_how_it_was_answered_created_or_replayed(platform, server):
+    limits = {"RateLimit-Limit": "100", "RateLimit-Remaining": "98", "RateLimit-Reset": "1"}
+    server.script(reply(201, OBJECT, {**limits, "Location": "/v1/things/1"}),
+                  reply(200, OBJECT, {**limits, "Idempotent-Replayed": "true"}))
+
+    made = platform.create("/v1/things", {"name": "main-db"}, idempotency_key="k-1")
+    again = platform.create("/v1/things", {"name": "main-db"}, idempotency_key="k-1")
+
+    assert made == again == OBJECT  # the object, as a dict
+    assert (made.meta.status, made.meta.replayed, made.meta.location) == (201, False, "/v1/things/1")
+    assert (again.meta.status, again.meta.replayed) == (200, True)
+    assert (made.meta.rate_limit.limit, made.meta.rate_limit.remaining, made.meta.rate_limit.reset) == (100, 98, 1)
+    assert made.meta.request_id == server.requests[0].headers["X-Request-ID"] != again.meta.request_id
+
+
+def test_a_call_given_its_own_timeout_and_retry_for_ends_sooner_than_the_clients(make, server):
+    client = make(PlatformClient, timeout=10.0, retry_for=30.0)
+    server.script(hang(5))
+
+    started = time.monotonic()
+    with pytest.raises(NoAnswer) as raised:
+        client.get("/v1/things/x", timeout=0.3, retry_for=0.0)
+
+    assert time.monotonic() - started < 2 and raised.value.reason == "timed out"
+    assert isinstance(raised.value.error, Exception)  # the last cause, kept
+
+
+def test_without_arguments_the_clients_read_the_environment_and_say_what_is_missing(server, monkeypatch):
+    monkeypatch.setenv("PAIR_PLATFORM_URL", server.url)
+    monkeypatch.setenv("PAIR_API_KEY", KEY)
+    server.script(reply(200, OBJECT))
+    with PlatformClient(retry_for=1.0) as client:
+        client.get("/v1/things/x")
+    assert server.requests[0].headers["Authorization"] == f"Bearer {KEY}"
+
+    monkeypatch.delenv("PAIR_INTERNAL_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="PAIR_INTERNAL_TOKEN"):
+        ClusterClient(server.url)
+
+
+def test_it_names_itself_and_logs_each_retry_at_debug_and_tells_the_hook(make, server, caplog):
+    seen = []
+    client = make(PlatformClient, on_attempt=seen.append)
+    server.script(drop(), reply(503), reply(200, OBJECT))
+
+    with caplog.at_level(logging.DEBUG, logger="idempotent_pair_client"):
+        client.get("/v1/things/x")
+
+    assert server.requests[0].headers["User-Agent"] == f"idempotent-pair-client/{idempotent_pair_client.__version__}" \
+        f" (python {platform_module.python_version()})"
+    assert [(a.number, a.status, a.pause is None) for a in seen] == [(1, None, False), (2, 503, False), (3, 200, True)]
+    assert len({a.request_id for a in seen}) == 1
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 2 and "attempt 1 got connection failed" in retries[0] and "got 503" in retries[1]
