@@ -56,7 +56,8 @@ def project_copy(tmp_path: Path) -> Path:
     """The files `make run` reads, and the checkout's .venv (up to date: copies keep their times)."""
     folder = tmp_path / "project"
     folder.mkdir()
-    for name in ("Makefile", "Procfile", "setup.cfg", "pyproject.toml", "README.md"):
+    for name in ("Makefile", "Procfile", "setup.cfg", "pyproject.toml", "README.md", "client/pyproject.toml"):
+        (folder / name).parent.mkdir(exist_ok=True)
         shutil.copy2(ROOT / name, folder / name)
     (folder / ".venv").symlink_to(ROOT / ".venv")
     return folder
