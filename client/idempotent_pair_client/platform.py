@@ -43,6 +43,7 @@ from idempotent_pair_client.core import (
     from_environment,
     with_query,
 )
+from idempotent_pair_client.resources import PlatformResources
 from idempotent_pair_client.transport import Attempt
 
 __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
@@ -50,14 +51,18 @@ __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
 URL_VARIABLE, KEY_VARIABLE = "PAIR_PLATFORM_URL", "PAIR_API_KEY"
 
 
-class PlatformClient(ServiceClient):
+class PlatformClient(ServiceClient, PlatformResources):
     """platform_svc's public API as one account (its API key); thread-safe, pooled, keep-alive.
 
     ``base_url`` and ``api_key``: when not given, ``PAIR_PLATFORM_URL`` and ``PAIR_API_KEY``.
     ``timeout``: seconds each attempt may wait to connect, and again to read.
     ``retry_for``: seconds during which failed attempts are retried; a call takes
     at most that plus one attempt (both may be given to any call, for it alone).
-    Paths are the API's (``/v1/...``).
+
+    Each collection has an accessor by name (``client.clusters.create({...})``,
+    ``client.firewall_rules(cluster_id).list()``: :mod:`idempotent_pair_client.resources`,
+    generated from the declarations), typed; the path-based calls (``create(path, body)``,
+    paths as the API's ``/v1/...``) stay for whatever has none.
 
     :raise ValueError: no URL or no key, given or in the environment.
     """
