@@ -83,11 +83,13 @@ class ClientError(Exception):
 class NoAnswer(ClientError):
     """No HTTP answer came back, however often the call was tried (refused, reset, timed out)."""
 
-    def __init__(self, method: str, path: str, error: Exception, *, attempts: int, elapsed: float) -> None:
+    def __init__(
+        self, method: str, path: str, error: Exception, *, attempts: int, elapsed: float, reason: str | None = None
+    ) -> None:
         self.method = method
         self.path = path
         self.error = error  # the last attempt's
-        self.reason = describe(error)  # "connection failed" or "timed out"
+        self.reason = reason or describe(error)  # "connection failed" or "timed out"
         self.attempts = attempts
         self.elapsed = elapsed
         super().__init__(f"{method} {path}: {self.reason} ({attempts} attempts in {elapsed:.1f} s)")
@@ -189,7 +191,6 @@ class Transport:
     def __init__(self, base_url: str, headers: Mapping[str, str], policy: ClientPolicy) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
-        self._timeout = urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout)
         # Not blocking: a call finding every pooled connection busy opens one
         # more (dropped afterwards) rather than waiting for one to come back.
         self._pool = connection_from_url(self.base_url, maxsize=policy.pool_size, block=False)
@@ -217,77 +218,29 @@ class Transport:
 
         :raise NoAnswer: no attempt got an HTTP answer.
         """
-        policy = policy or self.policy
-        timeout = self._timeout if policy is self.policy else urllib3.Timeout(
-            connect=policy.connect_timeout, read=policy.read_timeout)
-        started = time.monotonic()
-        if policy.total_timeout is not None:
-            own = started + policy.total_timeout
-            deadline = own if deadline is None else min(deadline, own)
-        window = None if policy.retry_for is None else started + policy.retry_for
         sent = dict(self._headers if body is None else self._json_headers)
         sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
         sent.update(headers or {})
-        call_id = sent[request_id.HEADER]
+        plan = CallPlan(policy or self.policy, method, path, sent[request_id.HEADER], deadline, on_attempt)
         payload = None if body is None else encode(body)
-        attempts = 0
         while True:
-            attempts += 1
-            reply: Reply | None = None
+            connect, read, total = plan.begin()
             sent_at = time.time()
             try:
                 response = self._pool.urlopen(
                     method, self._prefix + path, body=payload, headers=sent, retries=False,
-                    timeout=timeout if deadline is None else _timeout_within(deadline, policy),
-                    redirect=False,
+                    timeout=urllib3.Timeout(connect=connect, read=read, total=total), redirect=False,
                 )
             except HTTPError as exc:
-                error: HTTPError | None = exc
-                if not isinstance(exc, (ConnectTimeoutError, ReadTimeoutError, ProtocolError)):
-                    raise NoAnswer(method, path, exc, attempts=attempts, elapsed=time.monotonic() - started) from exc
+                pause = plan.failed(exc, retryable=isinstance(exc, (ConnectTimeoutError, ReadTimeoutError,
+                                                                    ProtocolError)))
             else:
-                error = None
-                reply = Reply(response.status, response.headers, decode(response.data), attempts, sent_at, time.time(),
-                              call_id)
-                if not policy.retries_answer(reply.status, reply.body, has_retry_after=bool(
-                        response.headers.get("Retry-After"))):
-                    _tell(on_attempt, Attempt(method, path, attempts, reply.status, None, None, call_id))
-                    return reply
-            pause = self._pause(policy, attempts, reply, deadline, window)
-            attempt = Attempt(method, path, attempts, reply.status if reply else None, error, pause, call_id)
-            _tell(on_attempt, attempt)
-            if pause is not None:
-                log.debug("%s %s (request %s): attempt %d got %s; retrying in %.2f s", method, path, call_id,
-                          attempts, reply.status if reply else describe(error or Exception()), pause)
-            if pause is None:
-                if reply is not None:
-                    return reply
-                assert error is not None
-                raise NoAnswer(method, path, error, attempts=attempts, elapsed=time.monotonic() - started) from error
+                outcome = plan.answered(response.status, response.headers, decode(response.data), sent_at)
+                if isinstance(outcome, Reply):
+                    return outcome
+                pause = outcome
             if pause > 0:
                 time.sleep(pause)
-
-    @staticmethod
-    def _pause(
-        policy: ClientPolicy, attempts: int, reply: Reply | None, deadline: float | None, window: float | None
-    ) -> float | None:
-        """Seconds to wait before the next attempt, or None: no further attempt."""
-        if policy.retries is not None and attempts > policy.retries:
-            return None
-        asked = None if reply is None else retry_after(reply.headers, policy.retry_after_max)
-        pause = asked if asked else policy.backoff(attempts)
-        now = time.monotonic()
-        if deadline is not None:
-            left = deadline - now
-            if left < SHORTEST_ATTEMPT or (asked is not None and asked > left - SHORTEST_ATTEMPT):
-                return None
-            pause = min(pause, left - SHORTEST_ATTEMPT)
-        if window is not None:
-            left = window - now
-            if left <= 0 or (asked is not None and asked > left):
-                return None
-            pause = min(pause, left)
-        return max(pause, 0.0)
 
     def probe(self, path: str, timeout: float = 1.0) -> bool:
         """Whether the service serves a GET of ``path`` (2xx) right now: one attempt, no retries."""
@@ -304,15 +257,82 @@ class Transport:
         self._pool.close()
 
 
-def _tell(on_attempt: Callable[[Attempt], None] | None, attempt: Attempt) -> None:
-    if on_attempt is not None:
-        on_attempt(attempt)
+class CallPlan:
+    """One call's attempts without the I/O: each attempt's timeouts, and what its outcome leads to
+    (return the answer, wait and try again, or raise :class:`NoAnswer`). The sync transport here and
+    the asyncio one (:mod:`idempotent_pair_client.aio`) both run their calls by it, so they retry alike."""
 
+    def __init__(
+        self, policy: ClientPolicy, method: str, path: str, call_id: str, deadline: float | None = None,
+        on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> None:
+        self.policy, self.method, self.path, self.call_id, self.on_attempt = policy, method, path, call_id, on_attempt
+        self.started = time.monotonic()
+        if policy.total_timeout is not None:
+            own = self.started + policy.total_timeout
+            deadline = own if deadline is None else min(deadline, own)
+        self.deadline = deadline
+        self.window = None if policy.retry_for is None else self.started + policy.retry_for
+        self.attempts = 0
 
-def _timeout_within(deadline: float, policy: ClientPolicy) -> urllib3.Timeout:
-    """An attempt's timeouts, never reaching past ``deadline``."""
-    left = max(deadline - time.monotonic(), 0.001)
-    return urllib3.Timeout(connect=min(policy.connect_timeout, left), read=min(policy.read_timeout, left), total=left)
+    def begin(self) -> tuple[float, float, float | None]:
+        """Start an attempt: its connect and read timeouts, and its total (None: unbounded), never past the deadline."""
+        self.attempts += 1
+        policy = self.policy
+        if self.deadline is None:
+            return policy.connect_timeout, policy.read_timeout, None
+        left = max(self.deadline - time.monotonic(), 0.001)
+        return min(policy.connect_timeout, left), min(policy.read_timeout, left), left
+
+    def answered(self, status: int, headers: Mapping[str, str], body: Any, sent_at: float) -> Reply | float:
+        """An attempt got an answer: the call's :class:`Reply`, or the seconds to wait before the next attempt."""
+        reply = Reply(status, headers, body, self.attempts, sent_at, time.time(), self.call_id)
+        if not self.policy.retries_answer(status, body, has_retry_after=bool(headers.get("Retry-After"))):
+            self._tell(reply, None, None)
+            return reply
+        pause = self._pause(reply)
+        self._tell(reply, None, pause)
+        return reply if pause is None else pause
+
+    def failed(self, error: Exception, *, retryable: bool, reason: str | None = None) -> float:
+        """An attempt got no answer: the seconds to wait before the next.
+
+        :raise NoAnswer: no further attempt (or ``error`` is not one a retry can get past).
+        """
+        pause = self._pause(None) if retryable else None
+        self._tell(None, error, pause)
+        if pause is None:
+            raise NoAnswer(self.method, self.path, error, attempts=self.attempts,
+                           elapsed=time.monotonic() - self.started, reason=reason) from error
+        return pause
+
+    def _tell(self, reply: Reply | None, error: Exception | None, pause: float | None) -> None:
+        status = reply.status if reply is not None else None
+        if pause is not None:
+            log.debug("%s %s (request %s): attempt %d got %s; retrying in %.2f s", self.method, self.path,
+                      self.call_id, self.attempts, status or describe(error or Exception()), pause)
+        if self.on_attempt is not None:
+            self.on_attempt(Attempt(self.method, self.path, self.attempts, status, error, pause, self.call_id))
+
+    def _pause(self, reply: Reply | None) -> float | None:
+        """Seconds to wait before the next attempt, or None: no further attempt."""
+        policy, attempts, deadline, window = self.policy, self.attempts, self.deadline, self.window
+        if policy.retries is not None and attempts > policy.retries:
+            return None
+        asked = None if reply is None else retry_after(reply.headers, policy.retry_after_max)
+        pause = asked if asked else policy.backoff(attempts)
+        now = time.monotonic()
+        if deadline is not None:
+            left = deadline - now
+            if left < SHORTEST_ATTEMPT or (asked is not None and asked > left - SHORTEST_ATTEMPT):
+                return None
+            pause = min(pause, left - SHORTEST_ATTEMPT)
+        if window is not None:
+            left = window - now
+            if left <= 0 or (asked is not None and asked > left):
+                return None
+            pause = min(pause, left)
+        return max(pause, 0.0)
 
 
 def retry_after(headers: Mapping[str, str], most: float) -> float | None:
