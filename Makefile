@@ -79,11 +79,11 @@ $(BIN)/python:
 # .pth file, which mypy follows (setuptools' default import hook it does not).
 EDITABLE := --config-settings editable_mode=compat
 $(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet $(EDITABLE) -e ./client -e '.[dev]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[dev]'
 	touch $(STAMP)
 
 $(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet $(EDITABLE) -e ./client -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 
 clean:

@@ -3,6 +3,9 @@ each API, and what the unit tests of platform_svc call it with. Waiting for a co
 :func:`tooling.testing.wait_for`, which the tooling uses too."""
 from __future__ import annotations
 
+import asyncio
+import inspect
+import threading
 import time
 import uuid
 from typing import Any
@@ -80,3 +83,44 @@ def keys_reread(app: Any) -> None:
     from platform_svc.api.admission import REFRESH_SECONDS
 
     app.extensions["authenticator"].clock.step(REFRESH_SECONDS)
+
+
+class Synced:
+    """An asyncio client (idempotent_pair_client.aio) driven from sync code, so that one black-box
+    test runs against the sync client and its async twin alike: each call runs on this adapter's
+    own event loop, in a thread of its own (callable from any thread, as the sync client is)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="synced-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def __getattr__(self, name: str):
+        found = getattr(self.client, name)
+        if inspect.isasyncgenfunction(found):
+            return lambda *args, **kwargs: iter(self.run(_collect(found(*args, **kwargs))))
+        if inspect.iscoroutinefunction(found):
+            return lambda *args, **kwargs: self.run(found(*args, **kwargs))
+        return found
+
+    def close(self) -> None:
+        try:
+            self.run(self.client.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            self.loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+async def _collect(items) -> list:
+    return [item async for item in items]

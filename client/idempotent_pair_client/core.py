@@ -160,15 +160,13 @@ class ServiceClient:
         ``filters`` go in the query string (``limit`` is the page size; None leaves one out).
         :raise ProblemError: :raise NoAnswer: (while iterating)
         """
-        query = {name: _query_value(value) for name, value in filters.items() if value is not None}
+        query = query_of(filters)
         while True:
-            page = self._call("GET", with_query(path, query)).body
-            if not isinstance(page, dict) or not isinstance(page.get("items"), builtins.list):
-                raise ClientError(f"GET {path}: 200 without a page (items, next_after)")
-            yield from page["items"]
-            if not page.get("next_after"):
+            items, next_after = page_of(self._call("GET", with_query(path, query)), path)
+            yield from items
+            if not next_after:
                 return
-            query["after"] = str(page["next_after"])
+            query["after"] = str(next_after)
 
     def close(self) -> None:
         """Close the pooled connections (the client is not used after)."""
@@ -185,10 +183,8 @@ class ServiceClient:
         headers: Mapping[str, str] | None = None, timeout: float | None = None, retry_for: float | None = None,
     ) -> Object:
         """One call whose answer is an object (a JSON object body)."""
-        reply = self._call(method, path, body, ok=ok, headers=headers, timeout=timeout, retry_for=retry_for)
-        if not isinstance(reply.body, dict):
-            raise ClientError(f"{method} {path}: {reply.status} without an object")
-        return Object(reply.body, Meta.of(reply))
+        return as_object(self._call(method, path, body, ok=ok, headers=headers, timeout=timeout,
+                                    retry_for=retry_for), method, path)
 
     def _call(
         self,
@@ -203,17 +199,42 @@ class ServiceClient:
     ) -> Reply:
         """One call with its retries (``timeout`` and ``retry_for``: this call's own); an answer other than
         ``ok`` raises the :class:`ProblemError` of its kind."""
-        policy = self.policy
-        if timeout is not None or retry_for is not None:
-            policy = dataclasses.replace(
-                caller_policy(timeout=timeout if timeout is not None else policy.read_timeout,
-                              retry_for=retry_for if retry_for is not None else float(policy.retry_for or 0)),
-                pool_size=policy.pool_size,
-            )
+        policy = call_policy(self.policy, timeout, retry_for)
         reply = self.transport.send(method, path, body, headers=headers, policy=policy, on_attempt=self.on_attempt)
-        if reply.status not in ok:
-            raise problem_error(f"{method} {path}", reply.status, reply.body, reply.request_id)
-        return reply
+        return expect(reply, ok, method, path)
+
+
+def call_policy(policy: ClientPolicy, timeout: float | None, retry_for: float | None) -> ClientPolicy:
+    """The client's ``policy``, with one call's own ``timeout`` and ``retry_for`` when given."""
+    if timeout is None and retry_for is None:
+        return policy
+    return dataclasses.replace(
+        caller_policy(timeout=timeout if timeout is not None else policy.read_timeout,
+                      retry_for=retry_for if retry_for is not None else float(policy.retry_for or 0)),
+        pool_size=policy.pool_size,
+    )
+
+
+def expect(reply: Reply, ok: Collection[int], method: str, path: str) -> Reply:
+    """``reply`` when its status is ``ok``. :raise ProblemError: of its kind, otherwise."""
+    if reply.status not in ok:
+        raise problem_error(f"{method} {path}", reply.status, reply.body, reply.request_id)
+    return reply
+
+
+def as_object(reply: Reply, method: str, path: str) -> Object:
+    """A reply whose body is an object. :raise ClientError: it is not."""
+    if not isinstance(reply.body, dict):
+        raise ClientError(f"{method} {path}: {reply.status} without an object")
+    return Object(reply.body, Meta.of(reply))
+
+
+def page_of(reply: Reply, path: str) -> tuple[list[dict[str, Any]], Any]:
+    """A listing's page: its items and ``next_after``. :raise ClientError: not a page."""
+    page = reply.body
+    if not isinstance(page, dict) or not isinstance(page.get("items"), builtins.list):
+        raise ClientError(f"GET {path}: 200 without a page (items, next_after)")
+    return page["items"], page.get("next_after")
 
 
 def body_of(body: Any, argument: str) -> dict[str, Any]:
@@ -234,6 +255,10 @@ def with_query(path: str, query: Mapping[str, str]) -> str:
     if not query:
         return path
     return f"{path}{'&' if '?' in path else '?'}{urlencode(query)}"
+
+
+def query_of(filters: Mapping[str, str | int | bool | None]) -> dict[str, str]:
+    return {name: _query_value(value) for name, value in filters.items() if value is not None}
 
 
 def _query_value(value: str | int | bool) -> str:

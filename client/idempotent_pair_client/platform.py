@@ -41,6 +41,7 @@ from idempotent_pair_client.core import (
     ServiceClient,
     body_of,
     from_environment,
+    page_of,
     with_query,
 )
 from idempotent_pair_client.resources import PlatformResources
@@ -125,8 +126,5 @@ class PlatformClient(ServiceClient, PlatformResources):
 
         :raise ProblemError: :raise NoAnswer:
         """
-        page = self._call("GET", with_query(path, {"idempotency_key": key})).body
-        items = page.get("items") if isinstance(page, dict) else None
-        if not isinstance(items, list):
-            raise ClientError(f"GET {path}: 200 without a page (items, next_after)")
+        items, _ = page_of(self._call("GET", with_query(path, {"idempotency_key": key})), path)
         return items[0] if items else None

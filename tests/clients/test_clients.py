@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import idempotent_pair_client
 import pytest
+from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
 from idempotent_pair_client.cluster import ClusterClient
 from idempotent_pair_client.core import Outcome, caller_policy
 from idempotent_pair_client.errors import (
@@ -31,6 +32,7 @@ from idempotent_pair_client.errors import (
 )
 from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 
+from tests.helpers import Synced
 from tooling.scripted import drop, hang, reply
 
 KEY = "api-key-for-tests"
@@ -43,8 +45,17 @@ def problem(status: int, code: str, **extensions) -> dict:
             **extensions}
 
 
+ASYNC_TWIN = {PlatformClient: AsyncPlatformClient, ClusterClient: AsyncClusterClient}
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request) -> str:
+    """Every black-box test here runs against the sync client and its asyncio twin (driven through Synced)."""
+    return request.param
+
+
 @pytest.fixture
-def make(server):
+def make(server, flavour):
     """Build clients (on the scripted server unless told); all closed before the server stops."""
     made = []
 
@@ -52,7 +63,10 @@ def make(server):
         options.setdefault("retry_for", 5.0)
         options.setdefault("timeout", 2.0)
         credential = {"api_key": KEY} if kind is PlatformClient else {"token": TOKEN}
-        made.append(kind(base_url or server.url, **credential, **options))
+        if flavour == "async":
+            made.append(Synced(ASYNC_TWIN[kind](base_url or server.url, **credential, **options)))
+        else:
+            made.append(kind(base_url or server.url, **credential, **options))
         return made[-1]
 
     yield build

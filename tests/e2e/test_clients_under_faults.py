@@ -1,4 +1,4 @@
-"""The clients a program uses, proved with the fault itself: a fault proxy in front of each real
+"""The clients a program uses (the sync ones and their asyncio twins), proved with the fault itself: a fault proxy in front of each real
 service resets requests before forwarding them and drops answers after the service committed.
 
 - Hundreds of public creates from several threads: no exception, one object per logical create.
@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import uuid6
+from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
 from idempotent_pair_client.cluster import ClusterClient
 from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 from sqlalchemy import text
 
-from tests.helpers import cluster_body
+from tests.helpers import Synced, cluster_body
 from tooling.faultproxy import Fault, FaultProxy, Plan
 from tooling.pair import TOKEN
 from tooling.testing import wait_for
@@ -56,15 +57,27 @@ def internal_proxy(module_pair):
         yield proxy
 
 
+@pytest.fixture(params=["sync", "async"])
+def flavour(request) -> str:
+    """Every test here runs against the sync clients and their asyncio twins (driven through Synced)."""
+    return request.param
+
+
 @pytest.fixture
-def platform(pair, public_proxy) -> PlatformClient:
+def platform(pair, public_proxy, flavour) -> PlatformClient:
     """The test's account, calling through the proxy; patient, as a program would be."""
-    return pair.current.client(public_proxy.url, timeout=10.0, retry_for=30.0)
+    if flavour == "sync":
+        yield pair.current.client(public_proxy.url, timeout=10.0, retry_for=30.0)
+        return
+    with Synced(AsyncPlatformClient(public_proxy.url, api_key=pair.current.api_key, timeout=10.0,
+                                    retry_for=30.0)) as client:
+        yield client
 
 
 @pytest.fixture
-def internal(internal_proxy):
-    with ClusterClient(internal_proxy.url, token=TOKEN, timeout=10.0, retry_for=30.0) as client:
+def internal(internal_proxy, flavour):
+    kind = ClusterClient if flavour == "sync" else lambda *args, **options: Synced(AsyncClusterClient(*args, **options))
+    with kind(internal_proxy.url, token=TOKEN, timeout=10.0, retry_for=30.0) as client:
         yield client
 
 

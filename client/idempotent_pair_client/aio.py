@@ -1,0 +1,229 @@
+"""The asyncio twin of the clients: :class:`AsyncPlatformClient` and :class:`AsyncClusterClient`,
+the same surface and the same retries, awaited.
+
+Built on httpx (``pip install './client[async]'``). Each call is planned by the same
+:class:`~idempotent_pair_client.transport.CallPlan` as the sync transport's, so it retries alike:
+the same Idempotency-Key (or the caller's ID) and ``X-Request-ID`` on every attempt, ``Retry-After``
+honoured, ``retry_for`` a window, the same errors (:mod:`idempotent_pair_client.errors`). Only the
+I/O differs: httpx's pooled keep-alive connections instead of urllib3's, and ``asyncio.sleep``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, Literal, Self
+
+import httpx
+import uuid6
+
+from idempotent_pair_client import request_id
+from idempotent_pair_client.cluster import TOKEN_VARIABLE, _item_results
+from idempotent_pair_client.cluster import URL_VARIABLE as CLUSTER_URL
+from idempotent_pair_client.core import (
+    Deletion,
+    Meta,
+    Object,
+    Outcome,
+    as_object,
+    body_of,
+    call_policy,
+    caller_policy,
+    expect,
+    from_environment,
+    page_of,
+    query_of,
+    with_query,
+)
+from idempotent_pair_client.errors import ProblemError
+from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
+from idempotent_pair_client.platform import KEY_VARIABLE
+from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
+from idempotent_pair_client.transport import USER_AGENT, Attempt, CallPlan, ClientPolicy, Reply, batches, decode, encode
+
+__all__ = ["AsyncClusterClient", "AsyncPlatformClient"]
+
+# No answer, and worth another attempt: refused, reset, closed early, timed out (as the sync transport's).
+_RETRYABLE = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class AsyncTransport:
+    """Sends calls to one service with ``headers`` (its credentials) on every one; one httpx pool."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], policy: ClientPolicy) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.policy = policy
+        self._headers = {"User-Agent": USER_AGENT, **headers, "Accept": "application/json"}
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(max_keepalive_connections=policy.pool_size), follow_redirects=False, trust_env=False,
+        )
+
+    async def send(
+        self, method: str, path: str, body: Any = None, *, headers: Mapping[str, str] | None = None,
+        policy: ClientPolicy | None = None, on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> Reply:
+        """One call with its retries: the answer it ended with. :raise NoAnswer: no attempt got one."""
+        sent = dict(self._headers) if body is None else {**self._headers, "Content-Type": "application/json"}
+        sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
+        sent.update(headers or {})
+        plan = CallPlan(policy or self.policy, method, path, sent[request_id.HEADER], None, on_attempt)
+        payload = None if body is None else encode(body)
+        while True:
+            connect, read, _ = plan.begin()
+            sent_at = time.time()
+            try:
+                response = await self._client.request(
+                    method, self.base_url + path, content=payload, headers=sent,
+                    timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
+                )
+            except httpx.HTTPError as exc:
+                timed_out = isinstance(exc, httpx.TimeoutException)
+                pause = plan.failed(exc, retryable=isinstance(exc, _RETRYABLE),
+                                    reason="timed out" if timed_out else "connection failed")
+            else:
+                outcome = plan.answered(response.status_code, response.headers, decode(response.content), sent_at)
+                if isinstance(outcome, Reply):
+                    return outcome
+                pause = outcome
+            if pause > 0:
+                await asyncio.sleep(pause)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class AsyncServiceClient:
+    """What the two async clients share: as :class:`~idempotent_pair_client.core.ServiceClient`, awaited."""
+
+    def __init__(
+        self, base_url: str, credential: str, *, timeout: float, retry_for: float, pool_size: int,
+        on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> None:
+        self.policy = caller_policy(timeout=timeout, retry_for=retry_for, pool_size=pool_size)
+        self.transport = AsyncTransport(base_url, {"Authorization": f"Bearer {credential}"}, self.policy)
+        self.on_attempt = on_attempt
+
+    async def get(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Object:
+        return as_object(await self._call("GET", path, timeout=timeout, retry_for=retry_for), "GET", path)
+
+    async def list(self, path: str, **filters: str | int | bool | None) -> AsyncIterator[dict[str, Any]]:
+        """Every object of the listing at ``path``, page after page, as the iterator is consumed."""
+        query = query_of(filters)
+        while True:
+            items, next_after = page_of(await self._call("GET", with_query(path, query)), path)
+            for item in items:
+                yield item
+            if not next_after:
+                return
+            query["after"] = str(next_after)
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, *, ok: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None, timeout: float | None = None, retry_for: float | None = None,
+    ) -> Reply:
+        reply = await self.transport.send(method, path, body, headers=headers, on_attempt=self.on_attempt,
+                                          policy=call_policy(self.policy, timeout, retry_for))
+        return expect(reply, ok, method, path)
+
+
+class AsyncPlatformClient(AsyncServiceClient):
+    """:class:`~idempotent_pair_client.platform.PlatformClient`, awaited (by path)."""
+
+    def __init__(
+        self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 10.0,
+        retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> None:
+        super().__init__(from_environment(base_url, PLATFORM_URL, "platform_svc URL"),
+                         from_environment(api_key, KEY_VARIABLE, "API key"),
+                         timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+
+    @staticmethod
+    def new_idempotency_key() -> str:
+        return str(uuid6.uuid7())
+
+    async def create(
+        self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
+        timeout: float | None = None, retry_for: float | None = None,
+    ) -> Object:
+        key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
+        reply = await self._call("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
+                                 retry_for=retry_for, headers={"Idempotency-Key": key})
+        return as_object(reply, "POST", path)
+
+    async def update(
+        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+    ) -> Object:
+        reply = await self._call("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for)
+        return as_object(reply, "PATCH", path)
+
+    async def delete(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
+        reply = await self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
+        return Deletion(Outcome.ALREADY_GONE if reply.status == 410 else Outcome.DELETED, Meta.of(reply))
+
+    async def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
+        items, _ = page_of(await self._call("GET", with_query(path, {"idempotency_key": key})), path)
+        return items[0] if items else None
+
+
+class AsyncClusterClient(AsyncServiceClient):
+    """:class:`~idempotent_pair_client.cluster.ClusterClient`, awaited."""
+
+    def __init__(
+        self, base_url: str | None = None, *, token: str | None = None, timeout: float = 10.0,
+        retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
+    ) -> None:
+        sent = from_environment(token, TOKEN_VARIABLE, "internal token").split(",", 1)[0].strip()
+        super().__init__(from_environment(base_url, CLUSTER_URL, "cluster_svc URL"), sent, timeout=timeout,
+                         retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+
+    async def create(
+        self, path: str, body: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+    ) -> Object:
+        reply = await self._call("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
+                                 retry_for=retry_for)
+        return as_object(reply, "POST", path)
+
+    async def create_batch(
+        self, path: str, items: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any] | ProblemError]:
+        """As the sync client's: one entry per item, cut to cluster_svc's limits (a 413 split in two)."""
+        route = path if path.endswith("/batch") else f"{path.rstrip('/')}/batch"
+        results: list[dict[str, Any] | ProblemError] = []
+        bodies = [body_of(item, f"items[{index}]") for index, item in enumerate(items)]
+        pending = list(batches(bodies, max_items=MAX_BATCH_ITEMS, max_bytes=MAX_BODY_BYTES))
+        while pending:
+            chunk = pending.pop(0)
+            reply = await self.transport.send("POST", route, {"items": chunk}, on_attempt=self.on_attempt)
+            if reply.status == 413 and len(chunk) > 1:
+                half = len(chunk) // 2
+                pending[:0] = [chunk[:half], chunk[half:]]
+                continue
+            results += _item_results(route, len(results), chunk, reply)
+        return results
+
+    async def update(
+        self, path: str, fields: Mapping[str, Any], *, generation: int, timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Object:
+        reply = await self._call("PUT", path, {**body_of(fields, "fields"), "generation": generation},
+                                 timeout=timeout, retry_for=retry_for)
+        return as_object(reply, "PUT", path)
+
+    async def delete(
+        self, path: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Deletion:
+        if unknown == "refuse":  # NotFound, raised by the read, before any delete is sent
+            await self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
+        reply = await self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)
+        outcome = {204: Outcome.DELETED, 410: Outcome.ALREADY_GONE}.get(reply.status, Outcome.NEVER_SEEN)
+        return Deletion(outcome, Meta.of(reply))
