@@ -31,9 +31,10 @@ evaluated annotations.)
 import dataclasses
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from idempotent_pair_client.accessors import Collection, Record
+from idempotent_pair_client.accessors import AsyncCollection, Collection, Record
 
 if TYPE_CHECKING:
+    from idempotent_pair_client.aio import AsyncPlatformClient
     from idempotent_pair_client.platform import PlatformClient
 '''
 
@@ -49,7 +50,7 @@ def render() -> str:
     from platform_svc.schemas import route_schemas
 
     parts = [HEADER]
-    accessors = []
+    accessors: tuple[list[str], list[str]] = ([], [])
     for resource in RESOURCES:
         name, schemas = resource.declaration.camel, route_schemas(resource)
         out, create, patch = (schemas[role]().fields for role in ("out", "create", "patch"))
@@ -76,28 +77,32 @@ class {name}Update(TypedDict, total=False):
 ''' + "".join(f"    {field}: {python_type(spec)}\n" for field, spec in patch.items()))
         ids = [ancestor.id_column for ancestor in resource.ancestors]
         path = "/v1" + resource.collection_path({column: f"{{{column}}}" for column in ids})
-        typed = f"Collection[{name}, {name}Create, {name}Update]"
-        if ids:
-            params = ", ".join(f"{column}: str" for column in ids)
-            accessors.append(f'''
+        for twin, (client, collection) in enumerate((("PlatformClient", "Collection"),
+                                                     ("AsyncPlatformClient", "AsyncCollection"))):
+            typed = f"{collection}[{name}, {name}Create, {name}Update]"
+            if ids:
+                params = ", ".join(f"{column}: str" for column in ids)
+                accessors[twin].append(f'''
     def {resource.plural}(
-        self: "PlatformClient", {params}
+        self: "{client}", {params}
     ) -> {typed}:
         """The {resource.words.replace("_", " ")}s under one {resource.parent.words}."""
-        return Collection(self, f"{path}", {name})
+        return {collection}(self, f"{path}", {name})
 ''')
-        else:
-            accessors.append(f'''
+            else:
+                accessors[twin].append(f'''
     @property
-    def {resource.plural}(self: "PlatformClient") -> {typed}:
+    def {resource.plural}(self: "{client}") -> {typed}:
         """Every {resource.words} of the account."""
-        return Collection(self, "{path}", {name})
+        return {collection}(self, "{path}", {name})
 ''')
-    parts.append('''
+    for twin, (mixin, client) in enumerate((("PlatformResources", "PlatformClient"),
+                                            ("AsyncPlatformResources", "AsyncPlatformClient"))):
+        parts.append(f'''
 
-class PlatformResources:
-    """platform_svc's collections by name, which :class:`PlatformClient` has."""
-''' + "".join(accessors))
+class {mixin}:
+    """platform_svc's collections by name, which :class:`{client}` has."""
+''' + "".join(accessors[twin]))
     return "".join(parts)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from idempotent_pair_client.core import Deletion, Meta, Object
 
 if TYPE_CHECKING:
+    from idempotent_pair_client.aio import AsyncPlatformClient
     from idempotent_pair_client.platform import PlatformClient
 
 
@@ -82,3 +83,40 @@ class Collection(Generic[R, C, U]):
 
     def _record(self, answered: Object) -> R:
         return self.record.of(answered, answered.meta)
+
+
+class AsyncCollection(Generic[R, C, U]):
+    """:class:`Collection`, awaited: one collection of an :class:`~idempotent_pair_client.aio.AsyncPlatformClient`."""
+
+    def __init__(self, client: AsyncPlatformClient, path: str, record: type[R]) -> None:
+        self.client = client
+        self.path = path
+        self.record = record
+
+    async def create(
+        self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> R:
+        answered = await self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
+        async for found in self.client.list(self.path, **filters):
+            yield self.record.of(found)
+
+    async def update(
+        self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None
+    ) -> R:
+        answered = await self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def delete(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
+        return await self.client.delete(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+
+    async def find_by_idempotency_key(self, key: str) -> R | None:
+        found = await self.client.find_by_idempotency_key(self.path, key)
+        return None if found is None else self.record.of(found)

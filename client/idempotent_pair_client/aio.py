@@ -39,6 +39,7 @@ from idempotent_pair_client.errors import ProblemError
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
+from idempotent_pair_client.resources import AsyncPlatformResources
 from idempotent_pair_client.transport import USER_AGENT, Attempt, CallPlan, ClientPolicy, Reply, batches, decode, encode
 
 __all__ = ["AsyncClusterClient", "AsyncPlatformClient"]
@@ -135,8 +136,9 @@ class AsyncServiceClient:
         return expect(reply, ok, method, path)
 
 
-class AsyncPlatformClient(AsyncServiceClient):
-    """:class:`~idempotent_pair_client.platform.PlatformClient`, awaited (by path)."""
+class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
+    """:class:`~idempotent_pair_client.platform.PlatformClient`, awaited: by path, and by name
+    (``await client.clusters.create({...})``, ``async for rule in client.firewall_rules(id).list()``)."""
 
     def __init__(
         self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 10.0,

@@ -11,9 +11,10 @@ evaluated annotations.)
 import dataclasses
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from idempotent_pair_client.accessors import Collection, Record
+from idempotent_pair_client.accessors import AsyncCollection, Collection, Record
 
 if TYPE_CHECKING:
+    from idempotent_pair_client.aio import AsyncPlatformClient
     from idempotent_pair_client.platform import PlatformClient
 
 
@@ -97,3 +98,18 @@ class PlatformResources:
     ) -> Collection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]:
         """The firewall rules under one cluster."""
         return Collection(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
+
+
+class AsyncPlatformResources:
+    """platform_svc's collections by name, which :class:`AsyncPlatformClient` has."""
+
+    @property
+    def clusters(self: "AsyncPlatformClient") -> AsyncCollection[Cluster, ClusterCreate, ClusterUpdate]:
+        """Every cluster of the account."""
+        return AsyncCollection(self, "/v1/clusters", Cluster)
+
+    def firewall_rules(
+        self: "AsyncPlatformClient", cluster_id: str
+    ) -> AsyncCollection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]:
+        """The firewall rules under one cluster."""
+        return AsyncCollection(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)

@@ -4,12 +4,14 @@ declarations by tooling/clientgen.py): up to date, what they send, and what a ca
 tests/platform_svc/test_client_resources.py."""
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from idempotent_pair_client import PlatformClient
+from idempotent_pair_client.aio import AsyncPlatformClient
 from idempotent_pair_client.resources import Cluster, FirewallRule
 
 from tooling import clientgen
@@ -50,6 +52,22 @@ def test_a_collection_by_name_sends_what_the_path_based_call_would_and_answers_a
     assert (create.method, create.path, create.headers["Idempotency-Key"]) == ("POST", "/v1/clusters", "key-1")
     assert (listing.method, listing.path) == ("GET", f"/v1/clusters/{CLUSTER['id']}/firewall-rules?limit=10")
     assert (delete.method, delete.path) == ("DELETE", f"/v1/clusters/{CLUSTER['id']}/firewall-rules/{RULE['id']}")
+
+
+def test_the_async_twin_has_the_same_collections_by_name(server):
+    server.script(reply(201, CLUSTER), reply(200, {"items": [RULE], "next_after": None}))
+
+    async def calls():
+        async with AsyncPlatformClient(server.url, api_key="k", retry_for=2.0, timeout=2.0) as api:
+            made = await api.clusters.create({"name": "main-db", "region": "eu-west-1", "postgres_version": 16,
+                                              "plan": "standard-2", "storage_gb": 100})
+            return made, [rule async for rule in api.firewall_rules(made.id).list()]
+
+    made, rules = asyncio.run(calls())
+
+    assert isinstance(made, Cluster) and made.meta.status == 201 and rules == [FirewallRule.of(RULE)]
+    assert [(r.method, r.path) for r in server.requests] == [
+        ("POST", "/v1/clusters"), ("GET", f"/v1/clusters/{CLUSTER['id']}/firewall-rules")]
 
 
 def mypy(script: Path) -> subprocess.CompletedProcess:

@@ -1,5 +1,6 @@
 """What a caller of the client writes, with every accessor by name: mypy --strict passes on it."""
 from idempotent_pair_client import Conflict, NoAnswer, PlatformClient
+from idempotent_pair_client.aio import AsyncPlatformClient
 from idempotent_pair_client.resources import Cluster, ClusterCreate, FirewallRule
 
 
@@ -22,3 +23,14 @@ def provision(api: PlatformClient) -> tuple[Cluster, FirewallRule]:
         print(failed.args)
     print(api.clusters.delete(db.id).outcome.value)
     return db, rule
+
+
+async def provision_async(api: AsyncPlatformClient) -> Cluster:
+    db = await api.clusters.create({"name": "main-db", "region": "eu-west-1", "postgres_version": 16,
+                                    "plan": "standard-2", "storage_gb": 100})
+    rules = api.firewall_rules(db.id)
+    rule: FirewallRule = await rules.create({"cidr": "10.0.0.0/8"})
+    print([r.cidr async for r in rules.list()], rule.description, (await api.clusters.get(db.id)).plan)
+    await api.clusters.update(db.id, {"plan": "memory-8"})
+    print((await rules.delete(rule.id)).outcome, await rules.find_by_idempotency_key("k"))
+    return db
