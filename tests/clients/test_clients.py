@@ -565,3 +565,23 @@ def test_it_names_itself_and_logs_each_retry_at_debug_and_tells_the_hook(make, s
     assert len({a.request_id for a in seen}) == 1
     retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retries) == 2 and "attempt 1 got connection failed" in retries[0] and "got 503" in retries[1]
+
+
+def test_the_client_distribution_installs_alone_into_a_fresh_virtualenv(tmp_path):
+    """What another service gets from ``pip install ./client``: the client, urllib3 and uuid6, nothing else."""
+    from pathlib import Path
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(Path(__file__).parents[2] / "client")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True,
+                            check=True, timeout=60).stdout
+    names = {re.split(r"[=@ ]", line, maxsplit=1)[0].strip().lower() for line in frozen.splitlines() if line.strip()}
+
+    assert names == {"idempotent-pair-client", "urllib3", "uuid6"}
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import idempotent_pair_client"], timeout=60)
+    assert imported.returncode == 0
