@@ -4,18 +4,21 @@
 ``client.clusters.create({...})`` is ``client.create("/v1/clusters", {...})`` with types: the
 body a :class:`~typing.TypedDict` of the resource's fields (mypy checks every key), the result a
 :class:`Record` (a frozen dataclass: mypy checks every attribute) carrying the answer's ``meta``.
+One collection class per client shape (public or internal) and per flavour (sync, awaited): the
+internal one's creates carry the caller's ID, its updates a generation.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
 from idempotent_pair_client.core import Deletion, Meta, Object
 
 if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncPlatformClient
+    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
+    from idempotent_pair_client.cluster import ClusterClient
     from idempotent_pair_client.platform import PlatformClient
 
 
@@ -120,3 +123,74 @@ class AsyncCollection(Generic[R, C, U]):
     async def find_by_idempotency_key(self, key: str) -> R | None:
         found = await self.client.find_by_idempotency_key(self.path, key)
         return None if found is None else self.record.of(found)
+
+
+class InternalCollection(Generic[R, C, U]):
+    """One collection of cluster_svc's internal API: creates carry the caller's ``id``, updates a ``generation``."""
+
+    def __init__(self, client: ClusterClient, path: str, record: type[R]) -> None:
+        self.client = client
+        self.path = path
+        self.record = record
+
+    def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        """The object created (``meta.status`` 201) or already there (200)."""
+        answered = self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    def list(self, **filters: str | int | bool | None) -> Iterator[R]:
+        return (self.record.of(found) for found in self.client.list(self.path, **filters))
+
+    def update(
+        self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> R:
+        answered = self.client.update(f"{self.path}/{object_id}", fields, generation=generation, timeout=timeout,
+                                      retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    def delete(
+        self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Deletion:
+        return self.client.delete(f"{self.path}/{object_id}", unknown=unknown, timeout=timeout, retry_for=retry_for)
+
+
+class AsyncInternalCollection(Generic[R, C, U]):
+    """:class:`InternalCollection`, awaited."""
+
+    def __init__(self, client: AsyncClusterClient, path: str, record: type[R]) -> None:
+        self.client = client
+        self.path = path
+        self.record = record
+
+    async def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = await self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
+        async for found in self.client.list(self.path, **filters):
+            yield self.record.of(found)
+
+    async def update(
+        self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> R:
+        answered = await self.client.update(f"{self.path}/{object_id}", fields, generation=generation,
+                                            timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def delete(
+        self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Deletion:
+        return await self.client.delete(f"{self.path}/{object_id}", unknown=unknown, timeout=timeout,
+                                        retry_for=retry_for)

@@ -39,7 +39,7 @@ from idempotent_pair_client.errors import ProblemError
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
-from idempotent_pair_client.resources import AsyncPlatformResources
+from idempotent_pair_client.resources import AsyncClusterResources, AsyncPlatformResources
 from idempotent_pair_client.transport import USER_AGENT, Attempt, CallPlan, ClientPolicy, Reply, batches, decode, encode
 
 __all__ = ["AsyncClusterClient", "AsyncPlatformClient"]
@@ -176,7 +176,7 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
         return items[0] if items else None
 
 
-class AsyncClusterClient(AsyncServiceClient):
+class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
     """:class:`~idempotent_pair_client.cluster.ClusterClient`, awaited."""
 
     def __init__(

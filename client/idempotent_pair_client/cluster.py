@@ -35,6 +35,7 @@ from idempotent_pair_client.core import (
 )
 from idempotent_pair_client.errors import ProblemError, problem_error
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
+from idempotent_pair_client.resources import ClusterResources
 from idempotent_pair_client.transport import Attempt, Reply, send_in_batches
 
 __all__ = ["ClientError", "ClusterClient", "NoAnswer", "ProblemError"]
@@ -42,7 +43,7 @@ __all__ = ["ClientError", "ClusterClient", "NoAnswer", "ProblemError"]
 URL_VARIABLE, TOKEN_VARIABLE = "PAIR_CLUSTER_URL", "PAIR_INTERNAL_TOKEN"
 
 
-class ClusterClient(ServiceClient):
+class ClusterClient(ServiceClient, ClusterResources):
     """cluster_svc's internal API with the internal token; thread-safe, pooled, keep-alive.
 
     ``base_url`` and ``token``: when not given, ``PAIR_CLUSTER_URL`` and ``PAIR_INTERNAL_TOKEN``.

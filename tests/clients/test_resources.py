@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from idempotent_pair_client import PlatformClient
+from idempotent_pair_client import ClusterClient, NotFound, PlatformClient
 from idempotent_pair_client.aio import AsyncPlatformClient
-from idempotent_pair_client.resources import Cluster, FirewallRule
+from idempotent_pair_client.resources import Cluster, FirewallRule, InternalCluster
 
 from tooling import clientgen
 from tooling.scripted import reply
@@ -54,6 +54,23 @@ def test_a_collection_by_name_sends_what_the_path_based_call_would_and_answers_a
     assert (delete.method, delete.path) == ("DELETE", f"/v1/clusters/{CLUSTER['id']}/firewall-rules/{RULE['id']}")
 
 
+def test_the_internal_client_has_its_collections_by_name_with_the_callers_ids(server):
+    internal_copy = {k: v for k, v in CLUSTER.items() if k not in ("sync_state", "sync_error", "synced_at")}
+    server.script(reply(201, {**internal_copy, "team_id": "t"}), reply(200, {**internal_copy, "generation": 2}),
+                  reply(404, {"code": "not_found"}))
+    with ClusterClient(server.url, token="t", retry_for=2.0, timeout=2.0) as internal:
+        made = internal.clusters.create({"id": CLUSTER["id"], "team_id": "t", "name": "main-db", "region": "eu-west-1",
+                                         "postgres_version": 16, "plan": "standard-2", "storage_gb": 100})
+        moved = internal.clusters.update(made.id, {"name": "main-db", "plan": "memory-8", "storage_gb": 100},
+                                         generation=2)
+        with pytest.raises(NotFound):
+            internal.firewall_rules(made.id).delete(RULE["id"], unknown="refuse")
+
+    assert isinstance(made, InternalCluster) and (made.team_id, made.meta.status) == ("t", 201)
+    assert moved.generation == 2 and server.requests[1].json["generation"] == 2
+    assert [r.method for r in server.requests] == ["POST", "PUT", "GET"]  # refused unknown: no DELETE sent
+
+
 def test_the_async_twin_has_the_same_collections_by_name(server):
     server.script(reply(201, CLUSTER), reply(200, {"items": [RULE], "next_after": None}))
 
@@ -83,3 +100,4 @@ def test_a_callers_mypy_strict_accepts_every_accessor_and_refuses_a_misspelt_fie
     assert misspelt.returncode == 1
     assert 'Extra key "storage_gbs" for TypedDict "ClusterUpdate"' in misspelt.stdout  # a body's key
     assert '"Cluster" has no attribute "storage_gb_total"' in misspelt.stdout  # a record's field
+    assert 'Missing key "storage_gb" for TypedDict "InternalClusterUpdate"' in misspelt.stdout  # a PUT's whole body

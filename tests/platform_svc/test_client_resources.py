@@ -1,6 +1,7 @@
 """The client's generated resources (idempotent_pair_client.resources) agree with the document
 platform_svc serves: each record's fields and types with the object as answered, each create body
-with the create's required and optional fields, each update body with the PATCH's."""
+with the create's required and optional fields, each update body with the PATCH's. (cluster_svc's:
+tests/cluster_svc/test_client_resources.py, with :func:`assert_generated_as_served`.)"""
 from __future__ import annotations
 
 import typing
@@ -26,18 +27,24 @@ def expected_type(schema: dict) -> object:
     return JSON_TYPES[json_type] | None if schema.get("nullable") else JSON_TYPES[json_type]
 
 
-@pytest.mark.parametrize("resource", list(RESOURCES), ids=lambda r: r.key)
-def test_each_generated_resource_matches_the_served_document(resource, components):
+def assert_generated_as_served(components: dict, resource, *, prefix: str, update_role: str, mixin: type) -> None:
     name = resource.declaration.camel
-    record = getattr(resources, name)
-    create, update = getattr(resources, f"{name}Create"), getattr(resources, f"{name}Update")
-    out, created, patched = (components[f"{name}{role}"] for role in ("Out", "Create", "Patch"))
+    record = getattr(resources, prefix + name)
+    create, update = getattr(resources, f"{prefix}{name}Create"), getattr(resources, f"{prefix}{name}Update")
+    out, created, updated = (components[f"{name}{role}"] for role in ("Out", "Create", update_role))
 
     hints = typing.get_type_hints(record)
     fields = {field: hints[field] for field in hints if field not in ("meta", "extra")}
     assert fields == {field: expected_type(schema) for field, schema in out["properties"].items()}
     assert create.__required_keys__ == frozenset(created.get("required", ()))
     assert create.__required_keys__ | create.__optional_keys__ == frozenset(created["properties"])
-    assert update.__optional_keys__ == frozenset(patched["properties"]) and not update.__required_keys__
-    accessor = getattr(resources.PlatformResources, resource.plural)
-    assert accessor is not None  # every collection has one, by its plural name
+    sent = frozenset(updated["properties"]) - {"generation"}  # cluster_svc's PUT: the generation goes beside
+    assert update.__required_keys__ | update.__optional_keys__ == sent
+    assert update.__required_keys__ == frozenset(updated.get("required", ())) - {"generation"}
+    assert hasattr(mixin, resource.plural)  # every collection has an accessor, by its plural name
+
+
+@pytest.mark.parametrize("resource", list(RESOURCES), ids=lambda r: r.key)
+def test_each_generated_resource_matches_the_served_document(resource, components):
+    assert_generated_as_served(components, resource, prefix="", update_role="Patch",
+                               mixin=resources.PlatformResources)

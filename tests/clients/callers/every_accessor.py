@@ -1,7 +1,7 @@
 """What a caller of the client writes, with every accessor by name: mypy --strict passes on it."""
-from idempotent_pair_client import Conflict, NoAnswer, PlatformClient
+from idempotent_pair_client import ClusterClient, Conflict, NoAnswer, PlatformClient
 from idempotent_pair_client.aio import AsyncPlatformClient
-from idempotent_pair_client.resources import Cluster, ClusterCreate, FirewallRule
+from idempotent_pair_client.resources import Cluster, ClusterCreate, FirewallRule, InternalCluster
 
 
 def provision(api: PlatformClient) -> tuple[Cluster, FirewallRule]:
@@ -34,3 +34,14 @@ async def provision_async(api: AsyncPlatformClient) -> Cluster:
     await api.clusters.update(db.id, {"plan": "memory-8"})
     print((await rules.delete(rule.id)).outcome, await rules.find_by_idempotency_key("k"))
     return db
+
+
+def mirror(internal: ClusterClient, team_id: str, object_id: str) -> InternalCluster:
+    made = internal.clusters.create({"id": object_id, "team_id": team_id, "name": "main-db", "region": "eu-west-1",
+                                     "postgres_version": 16, "plan": "standard-2", "storage_gb": 100})
+    internal.clusters.update(made.id, {"name": "main-db", "plan": "memory-8", "storage_gb": 100}, generation=2)
+    rules = internal.firewall_rules(made.id)
+    rule = rules.create({"id": object_id, "cidr": "10.0.0.0/8", "description": ""})
+    print(rule.cidr, [c.team_id for c in internal.clusters.list(limit=10)], internal.clusters.get(made.id).plan)
+    print(rules.delete(rule.id, unknown="refuse").outcome)
+    return made
