@@ -21,7 +21,8 @@ def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> 
     """The commands `make -n TARGET` would run in a fresh copy of the Makefile and its inputs."""
     if shutil.which("make") is None:
         pytest.fail("make is not installed (Debian's make package)", pytrace=False)
-    for name in ("Makefile", "setup.cfg", "pyproject.toml"):
+    for name in ("Makefile", "setup.cfg", "pyproject.toml", "client/pyproject.toml"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     for stamp in installed:  # made after the inputs, so up to date, in a virtualenv that exists
         (tmp_path / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
@@ -39,7 +40,7 @@ def test_make_run_installs_the_runtime_and_its_runners_but_not_the_test_extras(t
     commands = planned("run", tmp_path)
 
     assert "-m venv .venv" in commands
-    assert "pip install --quiet -e '.[dev]'" in commands
+    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[dev]'" in commands
     assert "[test]" not in commands
     assert commands.rstrip().endswith(".venv/bin/python -m tooling.devrun")
 
@@ -55,7 +56,7 @@ def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
     commands = planned("test", tmp_path, installed=(".installed",))
 
     assert "-m venv" not in commands and "[dev]" not in commands
-    assert "pip install --quiet -e '.[test]'" in commands
+    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[test]'" in commands
 
 
 def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topology(tmp_path):

@@ -25,8 +25,7 @@ resource declarations (each service's bodies); do not edit (a test fails while i
 
 Each resource has, per service, a record of the object as answered (frozen dataclass: ``meta``
 says how it was answered; cluster_svc's are ``Internal...``), a create body and an update body
-(TypedDicts), and a collection on each client (:class:`PlatformResources`,
-:class:`ClusterResources` and their async twins).
+(TypedDicts), and a collection on each client and its async twin (the ``...Resources`` mixins).
 
 (No ``from __future__ import annotations`` here: a TypedDict reads ``NotRequired`` only from
 evaluated annotations.)
@@ -43,9 +42,7 @@ from idempotent_pair_client.accessors import (
 )
 
 if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
-    from idempotent_pair_client.cluster import ClusterClient
-    from idempotent_pair_client.platform import PlatformClient
+{client_imports}
 '''
 
 
@@ -64,18 +61,38 @@ class Service:
     update_role: str  # the route schema of an update's body
     update_doc: str
     update_total: bool  # every field required (a PUT), or any of them (a PATCH)
-    clients: tuple[tuple[str, str, str], ...]  # (mixin, client, collection) for the sync client and its async twin
+    collections: tuple[str, str]  # the collection class of the sync client, and of its async twin
+    clients: tuple[type, type] = ()  # type: ignore[assignment]  (the sync client and its twin: found, not named)
+
+    @property
+    def accessors(self) -> list[tuple[str, str, str]]:
+        """(mixin, client, collection) for the sync client and its async twin."""
+        return [(f"{client.__name__.removesuffix('Client')}Resources", client.__name__, collection)
+                for client, collection in zip(self.clients, self.collections)]
 
 
-PLATFORM = Service("platform_svc", "", "patch", "An update's body (PATCH): any of the mutable fields.", False, (
-    ("PlatformResources", "PlatformClient", "Collection"),
-    ("AsyncPlatformResources", "AsyncPlatformClient", "AsyncCollection"),
-))
-CLUSTER = Service("cluster_svc", "Internal", "update", "An update's body (PUT, with ``generation`` beside it):"
-                  " every mutable field.", True, (
-    ("ClusterResources", "ClusterClient", "InternalCollection"),
-    ("AsyncClusterResources", "AsyncClusterClient", "AsyncInternalCollection"),
-))
+PLATFORM = Service("platform_svc", "", "patch", "An update's body (PATCH): any of the mutable fields.", False,
+                   ("Collection", "AsyncCollection"))
+INTERNAL = Service("cluster_svc", "Internal", "update", "An update's body (PUT, with ``generation`` beside it):"
+                   " every mutable field.", True, ("InternalCollection", "AsyncInternalCollection"))
+
+
+def _with_clients(service: Service) -> Service:
+    """``service`` with its client and async twin, as the client package exports them (the platform's
+    by name; cluster_svc's the other one)."""
+    import idempotent_pair_client
+    from idempotent_pair_client import aio
+
+    def exported(module, twin: bool) -> list[type]:
+        found = [getattr(module, name) for name in module.__all__]
+        return [c for c in found if isinstance(c, type) and c.__name__.endswith("Client")
+                and c.__name__.startswith("Async") == twin]
+
+    pairs = [exported(idempotent_pair_client, False), exported(aio, True)]
+    chosen = tuple(next(c for c in found if (c.__name__.endswith("PlatformClient")) == (service is PLATFORM))
+                   for found in pairs)
+    return Service(service.said, service.prefix, service.update_role, service.update_doc, service.update_total,
+                   service.collections, chosen)
 
 
 def render() -> str:
@@ -84,13 +101,17 @@ def render() -> str:
     import platform_svc.models
     import platform_svc.schemas
 
-    return HEADER + _service(PLATFORM, platform_svc.models.RESOURCES, platform_svc.schemas.route_schemas) + \
-        _service(CLUSTER, cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas)
+    services = [_with_clients(PLATFORM), _with_clients(INTERNAL)]
+    imports = sorted(f"    from {client.__module__} import {client.__name__}"
+                     for service in services for client in service.clients)
+    return HEADER.format(client_imports="\n".join(imports)) + \
+        _service(services[0], platform_svc.models.RESOURCES, platform_svc.schemas.route_schemas) + \
+        _service(services[1], cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas)
 
 
 def _service(service: Service, registry, route_schemas) -> str:
     parts = []
-    accessors: tuple[list[str], ...] = tuple([] for _ in service.clients)
+    accessors: tuple[list[str], ...] = tuple([] for _ in service.accessors)
     for resource in registry:
         name, schemas = service.prefix + resource.declaration.camel, route_schemas(resource)
         out, create, update = (schemas[role]().fields for role in ("out", "create", service.update_role))
@@ -117,7 +138,7 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
 ''' + "".join(f"    {field}: {python_type(spec)}\n" for field, spec in update.items() if field != "generation"))
         ids = [ancestor.id_column for ancestor in resource.ancestors]
         path = "/v1" + resource.collection_path({column: f"{{{column}}}" for column in ids})
-        for twin, (_, client, collection) in enumerate(service.clients):
+        for twin, (_, client, collection) in enumerate(service.accessors):
             typed = f"{collection}[{name}, {name}Create, {name}Update]"
             if ids:
                 params = ", ".join(f"{column}: str" for column in ids)
@@ -132,10 +153,10 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
                 accessors[twin].append(f'''
     @property
     def {resource.plural}(self: "{client}") -> {typed}:
-        """Every {resource.words} {"of the account" if service is PLATFORM else "(every team's)"}."""
+        """Every {resource.words} {"of the account" if service.prefix == "" else "(every team's)"}."""
         return {collection}(self, "{path}", {name})
 ''')
-    for twin, (mixin, client, _) in enumerate(service.clients):
+    for twin, (mixin, client, _) in enumerate(service.accessors):
         parts.append(f'''
 
 class {mixin}:

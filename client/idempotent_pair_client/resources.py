@@ -3,8 +3,7 @@ resource declarations (each service's bodies); do not edit (a test fails while i
 
 Each resource has, per service, a record of the object as answered (frozen dataclass: ``meta``
 says how it was answered; cluster_svc's are ``Internal...``), a create body and an update body
-(TypedDicts), and a collection on each client (:class:`PlatformResources`,
-:class:`ClusterResources` and their async twins).
+(TypedDicts), and a collection on each client and its async twin (the ``...Resources`` mixins).
 
 (No ``from __future__ import annotations`` here: a TypedDict reads ``NotRequired`` only from
 evaluated annotations.)
@@ -21,7 +20,8 @@ from idempotent_pair_client.accessors import (
 )
 
 if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
+    from idempotent_pair_client.aio import AsyncClusterClient
+    from idempotent_pair_client.aio import AsyncPlatformClient
     from idempotent_pair_client.cluster import ClusterClient
     from idempotent_pair_client.platform import PlatformClient
 
