@@ -102,8 +102,10 @@ def render() -> str:
     import platform_svc.schemas
 
     services = [_with_clients(PLATFORM), _with_clients(INTERNAL)]
-    imports = sorted(f"    from {client.__module__} import {client.__name__}"
-                     for service in services for client in service.clients)
+    by_module: dict[str, list[str]] = {}
+    for client in sorted((c for service in services for c in service.clients), key=lambda c: c.__name__):
+        by_module.setdefault(client.__module__, []).append(client.__name__)
+    imports = [f"    from {module} import {', '.join(names)}" for module, names in sorted(by_module.items())]
     return HEADER.format(client_imports="\n".join(imports)) + \
         _service(services[0], platform_svc.models.RESOURCES, platform_svc.schemas.route_schemas) + \
         _service(services[1], cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas)

@@ -51,13 +51,44 @@ C = TypeVar("C", bound=Mapping[str, Any])
 U = TypeVar("U", bound=Mapping[str, Any])
 
 
-class Collection(Generic[R, C, U]):
-    """One collection of platform_svc's public API (``path``), its objects as ``record`` s."""
+class _Reads(Generic[R]):
+    """What every collection reads the same way, whichever service: one object, and the listing."""
 
-    def __init__(self, client: PlatformClient, path: str, record: type[R]) -> None:
+    def __init__(self, client: PlatformClient | ClusterClient, path: str, record: type[R]) -> None:
         self.client = client
         self.path = path
         self.record = record
+
+    def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    def list(self, **filters: str | int | bool | None) -> Iterator[R]:
+        """Every object, page after page, as the iterator is consumed."""
+        return (self.record.of(found) for found in self.client.list(self.path, **filters))
+
+
+class _AsyncReads(Generic[R]):
+    """:class:`_Reads`, awaited."""
+
+    def __init__(self, client: AsyncPlatformClient | AsyncClusterClient, path: str, record: type[R]) -> None:
+        self.client = client
+        self.path = path
+        self.record = record
+
+    async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+        return self.record.of(answered, answered.meta)
+
+    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
+        async for found in self.client.list(self.path, **filters):
+            yield self.record.of(found)
+
+
+class Collection(_Reads[R], Generic[R, C, U]):
+    """One collection of platform_svc's public API (``path``), its objects as ``record`` s."""
+
+    client: PlatformClient
 
     def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
@@ -65,13 +96,6 @@ class Collection(Generic[R, C, U]):
     ) -> R:
         """The object created (``meta.status`` 201), or the one this key made (200, ``meta.replayed``)."""
         return self._record(self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for))
-
-    def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        return self._record(self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for))
-
-    def list(self, **filters: str | int | bool | None) -> Iterator[R]:
-        """Every object, page after page, as the iterator is consumed."""
-        return (self.record.of(found) for found in self.client.list(self.path, **filters))
 
     def update(self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None) -> R:
         return self._record(self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout,
@@ -88,13 +112,10 @@ class Collection(Generic[R, C, U]):
         return self.record.of(answered, answered.meta)
 
 
-class AsyncCollection(Generic[R, C, U]):
+class AsyncCollection(_AsyncReads[R], Generic[R, C, U]):
     """:class:`Collection`, awaited: one collection of an :class:`~idempotent_pair_client.aio.AsyncPlatformClient`."""
 
-    def __init__(self, client: AsyncPlatformClient, path: str, record: type[R]) -> None:
-        self.client = client
-        self.path = path
-        self.record = record
+    client: AsyncPlatformClient
 
     async def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
@@ -102,14 +123,6 @@ class AsyncCollection(Generic[R, C, U]):
     ) -> R:
         answered = await self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
-
-    async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
-        return self.record.of(answered, answered.meta)
-
-    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
-        async for found in self.client.list(self.path, **filters):
-            yield self.record.of(found)
 
     async def update(
         self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None
@@ -125,25 +138,15 @@ class AsyncCollection(Generic[R, C, U]):
         return None if found is None else self.record.of(found)
 
 
-class InternalCollection(Generic[R, C, U]):
+class InternalCollection(_Reads[R], Generic[R, C, U]):
     """One collection of cluster_svc's internal API: creates carry the caller's ``id``, updates a ``generation``."""
 
-    def __init__(self, client: ClusterClient, path: str, record: type[R]) -> None:
-        self.client = client
-        self.path = path
-        self.record = record
+    client: ClusterClient
 
     def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
         """The object created (``meta.status`` 201) or already there (200)."""
         answered = self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
-
-    def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        answered = self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
-        return self.record.of(answered, answered.meta)
-
-    def list(self, **filters: str | int | bool | None) -> Iterator[R]:
-        return (self.record.of(found) for found in self.client.list(self.path, **filters))
 
     def update(
         self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,
@@ -160,25 +163,14 @@ class InternalCollection(Generic[R, C, U]):
         return self.client.delete(f"{self.path}/{object_id}", unknown=unknown, timeout=timeout, retry_for=retry_for)
 
 
-class AsyncInternalCollection(Generic[R, C, U]):
+class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
     """:class:`InternalCollection`, awaited."""
 
-    def __init__(self, client: AsyncClusterClient, path: str, record: type[R]) -> None:
-        self.client = client
-        self.path = path
-        self.record = record
+    client: AsyncClusterClient
 
     async def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
         answered = await self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
-
-    async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
-        return self.record.of(answered, answered.meta)
-
-    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
-        async for found in self.client.list(self.path, **filters):
-            yield self.record.of(found)
 
     async def update(
         self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,

@@ -20,8 +20,7 @@ from idempotent_pair_client.accessors import (
 )
 
 if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncClusterClient
-    from idempotent_pair_client.aio import AsyncPlatformClient
+    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
     from idempotent_pair_client.cluster import ClusterClient
     from idempotent_pair_client.platform import PlatformClient
 
