@@ -1,16 +1,13 @@
 """PlatformClient and ClusterClient against a scripted server: what they send, what they retry,
-what they raise, how long they try; and that importing them loads no service stack.
+what they raise, how long they try (their asyncio twins: tests/clients/test_async_clients.py; the
+distribution itself: tests/clients/test_distribution.py).
 
 The proof against the real services, through the fault proxy, is tests/e2e/test_clients_under_faults.py.
 """
 from __future__ import annotations
 
-import json
 import logging
 import platform as platform_module
-import re
-import subprocess
-import sys
 import time
 import uuid
 from urllib.parse import parse_qs, urlsplit
@@ -48,10 +45,11 @@ def problem(status: int, code: str, **extensions) -> dict:
 ASYNC_TWIN = {PlatformClient: AsyncPlatformClient, ClusterClient: AsyncClusterClient}
 
 
-@pytest.fixture(params=["sync", "async"])
-def flavour(request) -> str:
-    """Every black-box test here runs against the sync client and its asyncio twin (driven through Synced)."""
-    return request.param
+@pytest.fixture
+def flavour() -> str:
+    """The sync clients here; tests/clients/test_async_clients.py runs every test of this module
+    against their asyncio twins (driven through Synced), as a module of its own."""
+    return "sync"
 
 
 @pytest.fixture
@@ -401,56 +399,6 @@ def test_a_batch_refused_whole_raises(internal, server):
     assert raised.value.status == 422
 
 
-# -- light to import ------------------------------------------------------------------------------------------
-
-HEAVY = ("flask", "werkzeug", "flask_smorest", "sqlalchemy", "alembic", "marshmallow", "gevent", "psycopg2",
-         "psycogreen", "prometheus_client", "requests")
-
-
-def test_importing_the_clients_loads_no_service_stack():
-    """A caller's process needs urllib3 and uuid6, nothing of the services' web or database stack."""
-    program = (
-        "import json, sys\n"
-        "from idempotent_pair_client.platform import PlatformClient, ProblemError\n"
-        "from idempotent_pair_client.cluster import ClusterClient\n"
-        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
-    )
-    loaded = set(json.loads(subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
-    ).stdout))
-
-    assert loaded & set(HEAVY) == set()
-    third_party = {name for name in loaded - set(sys.stdlib_module_names) if not name.startswith("_")}
-    assert third_party == {"idempotent_pair_client", "urllib3", "uuid6"}
-
-
-def test_the_client_distribution_depends_on_neither_the_web_nor_the_database_stack():
-    """What ``pip install ./client`` brings into a caller's environment: its two dependencies, nothing else."""
-    import tomllib
-    from pathlib import Path
-
-    import idempotent_pair_client
-
-    project = tomllib.loads((Path(__file__).parents[2] / "client" / "pyproject.toml").read_text())["project"]
-    required = {re.split(r"[<>=!~ \[]", requirement, maxsplit=1)[0].lower() for requirement in project["dependencies"]}
-
-    assert project["name"] == "idempotent-pair-client" and project["version"] == idempotent_pair_client.__version__
-    assert required == {"urllib3", "uuid6"}
-
-
-def test_the_packages_say_they_are_typed():
-    from pathlib import Path
-
-    import idempotent_pair_client
-
-    import cluster_svc
-    import platform_svc
-    import shared
-
-    for package in (shared, platform_svc, cluster_svc, idempotent_pair_client):
-        assert (Path(package.__file__).parent / "py.typed").is_file()
-
-
 def test_the_internal_client_given_a_list_of_tokens_sends_the_first(server):
     """INTERNAL_TOKEN during a rotation ("new,old") works as a program's token: the first is sent."""
     server.script(reply(200, OBJECT))
@@ -565,23 +513,3 @@ def test_it_names_itself_and_logs_each_retry_at_debug_and_tells_the_hook(make, s
     assert len({a.request_id for a in seen}) == 1
     retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retries) == 2 and "attempt 1 got connection failed" in retries[0] and "got 503" in retries[1]
-
-
-def test_the_client_distribution_installs_alone_into_a_fresh_virtualenv(tmp_path):
-    """What another service gets from ``pip install ./client``: the client, urllib3 and uuid6, nothing else."""
-    from pathlib import Path
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    installed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(Path(__file__).parents[2] / "client")],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True,
-                            check=True, timeout=60).stdout
-    names = {re.split(r"[=@ ]", line, maxsplit=1)[0].strip().lower() for line in frozen.splitlines() if line.strip()}
-
-    assert names == {"idempotent-pair-client", "urllib3", "uuid6"}
-    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import idempotent_pair_client"], timeout=60)
-    assert imported.returncode == 0
