@@ -129,7 +129,8 @@ def pytest_ignore_collect(collection_path, config):
 # whole modules to its workers in collection order (with --no-loadscope-reorder, as
 # make test runs it; by default it orders them by their number of tests), and one
 # long module handed out last keeps one worker busy while the other idles.
-LONG_FIRST = ("tests/tooling/test_devrun.py", "tests/chaos/", "tests/e2e/")
+# tests/clients waits on its scripted servers more than it computes: started early, its waits overlap the rest.
+LONG_FIRST = ("tests/tooling/test_devrun.py", "tests/clients/", "tests/chaos/", "tests/e2e/")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -60,15 +60,13 @@ def test_the_client_distribution_installs_alone_into_a_fresh_virtualenv(tmp_path
     """What another service gets from ``pip install ./client``: the client, urllib3 and uuid6, nothing else."""
     from pathlib import Path
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    installed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(Path(__file__).parents[2] / "client")],
-        capture_output=True, text=True, timeout=300,
-    )
+    venv = tmp_path / "venv"  # without pip of its own: this pip installs into it (--python), and lists it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    installed = subprocess.run([*pip, "install", "--quiet", str(Path(__file__).parents[2] / "client")],
+                               capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True,
-                            check=True, timeout=60).stdout
+    frozen = subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True, timeout=60).stdout
     names = {re.split(r"[=@ ]", line, maxsplit=1)[0].strip().lower() for line in frozen.splitlines() if line.strip()}
 
     assert names == {"idempotent-pair-client", "urllib3", "uuid6"}
