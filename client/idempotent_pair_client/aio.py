@@ -40,7 +40,16 @@ from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
 from idempotent_pair_client.resources import AsyncClusterResources, AsyncPlatformResources
-from idempotent_pair_client.transport import USER_AGENT, Attempt, CallPlan, ClientPolicy, Reply, batches, decode, encode
+from idempotent_pair_client.transport import (
+    USER_AGENT,
+    Attempt,
+    CallPlan,
+    ClientPolicy,
+    Reply,
+    batches,
+    decode,
+    prepared,
+)
 
 __all__ = ["AsyncClusterClient", "AsyncPlatformClient"]
 
@@ -64,11 +73,8 @@ class AsyncTransport:
         policy: ClientPolicy | None = None, on_attempt: Callable[[Attempt], None] | None = None,
     ) -> Reply:
         """One call with its retries: the answer it ended with. :raise NoAnswer: no attempt got one."""
-        sent = dict(self._headers) if body is None else {**self._headers, "Content-Type": "application/json"}
-        sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
-        sent.update(headers or {})
+        sent, payload = prepared(self._headers, body, headers)
         plan = CallPlan(policy or self.policy, method, path, sent[request_id.HEADER], None, on_attempt)
-        payload = None if body is None else encode(body)
         while True:
             connect, read, _ = plan.begin()
             sent_at = time.time()

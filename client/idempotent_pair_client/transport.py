@@ -196,7 +196,6 @@ class Transport:
         self._pool = connection_from_url(self.base_url, maxsize=policy.pool_size, block=False)
         self._prefix = urlsplit(self.base_url).path  # what the pool's requests put before a route's path
         self._headers = {"User-Agent": USER_AGENT, **headers, "Accept": "application/json"}
-        self._json_headers = {**self._headers, "Content-Type": "application/json"}
 
     def send(
         self,
@@ -218,11 +217,8 @@ class Transport:
 
         :raise NoAnswer: no attempt got an HTTP answer.
         """
-        sent = dict(self._headers if body is None else self._json_headers)
-        sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
-        sent.update(headers or {})
+        sent, payload = prepared(self._headers, body, headers)
         plan = CallPlan(policy or self.policy, method, path, sent[request_id.HEADER], deadline, on_attempt)
-        payload = None if body is None else encode(body)
         while True:
             connect, read, total = plan.begin()
             sent_at = time.time()
@@ -255,6 +251,19 @@ class Transport:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def prepared(
+    headers: Mapping[str, str], body: Any, extra: Mapping[str, str] | None
+) -> tuple[dict[str, str], bytes | None]:
+    """A call's headers (the transport's, JSON's when there is a body, the current request's ID or a new
+    one, then ``extra``) and its encoded body: the same on every attempt, whichever transport sends it."""
+    sent = dict(headers)
+    if body is not None:
+        sent["Content-Type"] = "application/json"
+    sent[request_id.HEADER] = request_id.current_request_id() or request_id.new_request_id()
+    sent.update(extra or {})
+    return sent, None if body is None else encode(body)
 
 
 class CallPlan:
