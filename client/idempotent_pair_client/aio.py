@@ -22,9 +22,7 @@ from idempotent_pair_client.cluster import TOKEN_VARIABLE, _item_results
 from idempotent_pair_client.cluster import URL_VARIABLE as CLUSTER_URL
 from idempotent_pair_client.core import (
     Deletion,
-    Meta,
     Object,
-    Outcome,
     as_object,
     body_of,
     call_policy,
@@ -175,7 +173,7 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
 
     async def delete(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
         reply = await self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
-        return Deletion(Outcome.ALREADY_GONE if reply.status == 410 else Outcome.DELETED, Meta.of(reply))
+        return Deletion.of(reply)
 
     async def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
         items, _ = page_of(await self._call("GET", with_query(path, {"idempotency_key": key})), path)
@@ -233,5 +231,4 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
         if unknown == "refuse":  # NotFound, raised by the read, before any delete is sent
             await self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
         reply = await self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)
-        outcome = {204: Outcome.DELETED, 410: Outcome.ALREADY_GONE}.get(reply.status, Outcome.NEVER_SEEN)
-        return Deletion(outcome, Meta.of(reply))
+        return Deletion.of(reply)

@@ -25,10 +25,8 @@ from typing import Any, Literal
 from idempotent_pair_client.core import (
     ClientError,
     Deletion,
-    Meta,
     NoAnswer,
     Object,
-    Outcome,
     ServiceClient,
     body_of,
     from_environment,
@@ -129,8 +127,7 @@ class ClusterClient(ServiceClient, ClusterResources):
         if unknown == "refuse":  # NotFound, raised by the read, before any delete is sent
             self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
         reply = self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)
-        outcome = {204: Outcome.DELETED, 410: Outcome.ALREADY_GONE}.get(reply.status, Outcome.NEVER_SEEN)
-        return Deletion(outcome, Meta.of(reply))
+        return Deletion.of(reply)
 
 
 def _item_results(

@@ -125,6 +125,12 @@ class Deletion:
     outcome: Outcome
     meta: Meta
 
+    @classmethod
+    def of(cls, reply: Reply) -> Deletion:
+        """A delete's answer, whichever service gave it: 204 (or 202) deleted, 410 already gone, 404 never seen."""
+        outcome = {410: Outcome.ALREADY_GONE, 404: Outcome.NEVER_SEEN}.get(reply.status, Outcome.DELETED)
+        return cls(outcome, Meta.of(reply))
+
 
 def from_environment(given: str | None, variable: str, what: str) -> str:
     """``given``, else the environment's ``variable``. :raise ValueError: neither (naming both ways)."""

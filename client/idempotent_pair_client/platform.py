@@ -33,10 +33,8 @@ import uuid6
 from idempotent_pair_client.core import (
     ClientError,
     Deletion,
-    Meta,
     NoAnswer,
     Object,
-    Outcome,
     ProblemError,
     ServiceClient,
     body_of,
@@ -117,7 +115,7 @@ class PlatformClient(ServiceClient, PlatformResources):
         :raise NotFound: no such object in this account. :raise NoAnswer:
         """
         reply = self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
-        return Deletion(Outcome.ALREADY_GONE if reply.status == 410 else Outcome.DELETED, Meta.of(reply))
+        return Deletion.of(reply)
 
     def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
         """The live object a create with ``key`` made in the collection at ``path``, or None (none, or

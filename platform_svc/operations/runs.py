@@ -100,14 +100,14 @@ class RepairRuns:
         table = RepairRun.__table__
         with self.database.engine.connect() as db_session:
             return db_session.execute(
-                select(table.c.id).where(table.c.holder.is_(None), table.c.finished_at.is_(None)).limit(1)
+                select(table.c.id).where(_asked_for()).limit(1)
             ).first() is not None
 
     def _claim(self, holder: str) -> uuid.UUID | None:
         """The oldest run asked for, now this process's (its total counted now), or None."""
         table = RepairRun.__table__
         waiting = (
-            select(table.c.id).where(table.c.holder.is_(None), table.c.finished_at.is_(None))
+            select(table.c.id).where(_asked_for())
             .order_by(table.c.started_at).limit(1).with_for_update(skip_locked=True).scalar_subquery()
         )
         with self.database.begin() as db_session:
@@ -175,6 +175,12 @@ class RepairRuns:
                     updated_at=func.now(),
                 )
             )
+
+
+def _asked_for() -> Any:
+    """A real run asked for and not yet claimed by any process."""
+    table = RepairRun.__table__
+    return table.c.holder.is_(None) & table.c.finished_at.is_(None)
 
 
 def _synced(db_session: Connection) -> int:
