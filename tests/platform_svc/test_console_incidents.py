@@ -91,5 +91,9 @@ def test_a_real_run_asked_for_while_no_process_leads_takes_the_lease_here_and_gi
     page = wait_for(lambda: _finished(browser, run), timeout=60, what="the real run finished")
 
     assert "<dd>finished" in page and "in <code>" in page and "Repair run</h1>" in page
-    with platform_database.engine.connect() as conn:  # given back: a reconciler takes over at its next try
-        assert conn.execute(text("SELECT expires_at <= now() FROM leases WHERE name = 'periodic-passes'")).scalar()
+
+    def given_back() -> bool:  # once the run's end is recorded, its thread gives the lease back
+        with platform_database.engine.connect() as conn:
+            return conn.execute(text("SELECT expires_at <= now() FROM leases WHERE name = 'periodic-passes'")).scalar()
+
+    wait_for(given_back, timeout=30, what="the lease given back: a reconciler takes over at its next try")
