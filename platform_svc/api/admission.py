@@ -220,14 +220,21 @@ class Authenticator:
             self._refreshed = started
 
     def _reload(self) -> None:
+        """Re-read the keys held, and forget those that matched nothing (a key may have come since).
+
+        Only the keys asked for are judged by the answer: other requests go on while the statement
+        runs, and a key one of them looked up meanwhile was not asked for, so is not revoked."""
         held = [key_id for key_id, key in self._keys.items() if key is not None]
+        unknown = [key_id for key_id, key in self._keys.items() if key is None]
         rows = self._read(ids=held, touch=[])
         found = {row.key_id: row for row in rows if row.key_id is not None}
-        for key_id, key in list(self._keys.items()):
-            row = found.get(key_id)
+        for key_id in unknown:
+            if key_id in self._keys and self._keys[key_id] is None:
+                del self._keys[key_id]
+        for key_id in held:
+            key, row = self._keys.get(key_id), found.get(key_id)
             if key is None:
-                del self._keys[key_id]  # it matched nothing; a key may have come since
-                continue
+                continue  # dropped to make room, or revoked, while the statement ran
             if row is None:
                 self._keys[key_id] = None  # revoked or removed: it never matches again
                 continue

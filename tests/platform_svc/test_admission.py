@@ -141,3 +141,28 @@ def test_while_the_database_is_away_only_the_refresh_period_is_admitted_then_eve
             authenticate("0123456789abcdef.never-seen")
     finally:
         away.dispose()
+
+
+def test_a_key_another_request_looks_up_while_the_keys_are_re_read_is_admitted(platform_database):
+    """Requests are greenlets: while one request's refresh re-reads the keys held (a change moved the
+    generation), another's look-up of a new key can finish. The re-read never asked for that key, so
+    it must not take it for revoked: the key's every later request on this worker would answer 401
+    (and count against its address as a key that admits nothing), until the next change."""
+    _, held_key = make_account(platform_database, "held")
+    authenticate = worker(platform_database)
+    assert authenticate(held_key)
+    new_account, new_key = make_account(platform_database, "new")  # a change: the next refresh re-reads
+    re_read, meanwhile = authenticate._read, [new_key.partition(".")[0]]
+
+    def read_while_another_request_looks_up(*, ids, touch):
+        rows = re_read(ids=ids, touch=touch)
+        if ids and meanwhile:  # the re-read's statement has answered, and the other request's look-up finishes
+            assert authenticate._look_up(meanwhile.pop()) is not None
+        return rows
+
+    authenticate._read = read_while_another_request_looks_up
+    authenticate.clock.step(admission.REFRESH_SECONDS)
+    assert authenticate(held_key)  # its refresh re-reads the keys held
+    assert not meanwhile
+
+    assert authenticate(new_key).account_id == new_account
