@@ -12,11 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
+from platform_svc import INLINE_POLICY
 from tests.helpers import cluster_body
 from tooling.faultproxy import Fault, FaultProxy
 from tooling.testing import console_script, wait_for
 
 COOL_DOWN = 5  # seconds: INLINE_BREAKER_COOL_DOWN_SECONDS's default
+# A request that waited on the frozen cluster_svc took the inline push's whole budget; one that
+# took less did not wait on it, however loaded the machine (a full suite's GETs take up to 0.5 s).
+WAITED = INLINE_POLICY.total_timeout
 
 
 def states(pair, table: str = "clusters") -> dict[str, str]:
@@ -270,10 +274,10 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
             return time.monotonic() - started
 
         # Until every worker's breaker has seen its failures, creates wait on the
-        # frozen service (about 3 s each); then a whole round answers at once.
+        # frozen service (the push's budget each); then a whole round answers without waiting.
         with ThreadPoolExecutor(8) as pool:
             for round_ in range(8):
-                if max(pool.map(create, range(round_ * 8, round_ * 8 + 8))) < 0.5:
+                if max(pool.map(create, range(round_ * 8, round_ * 8 + 8))) < WAITED:
                     break
             else:
                 pytest.fail("the breaker never opened")
@@ -286,8 +290,8 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     # One request per worker and cool-down may probe the frozen service.
     probes = 2 * (int(elapsed / COOL_DOWN) + 1)
     assert statistics.median(create_times) < 0.2, create_times
-    assert sum(t > 0.5 for t in create_times) <= probes, create_times
-    assert max(get_times) < 0.5, get_times
+    assert sum(t >= WAITED for t in create_times) <= probes, create_times
+    assert max(get_times) < WAITED, get_times
     assert pair.cli("reconcile", "--once").returncode == 0
     pair.assert_downstream_matches()
 
