@@ -23,6 +23,7 @@ class Settings:
     internal_token: str  # INTERNAL_TOKEN as set: one token, or several separated by commas (any is accepted)
     pool_size: int = 5
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
+    database_wait: float = 0.0  # DATABASE_WAIT_SECONDS: see shared.db.Database
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -32,6 +33,7 @@ class Settings:
             internal_token=config.checked_internal_token(why="the bearer token callers of cluster_svc present"),
             pool_size=config.integer("CLUSTER_DB_POOL_SIZE", 5),
             id_horizon_seconds=config.id_horizon_seconds(),
+            database_wait=config.seconds("DATABASE_WAIT_SECONDS", 0.0),
         )
 
     @property
@@ -50,7 +52,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from shared.db import Database
 
     settings = settings or Settings.from_env()
-    database = Database(settings.database_url, pool_size=settings.pool_size)
+    database = Database(settings.database_url, pool_size=settings.pool_size, connect_wait=settings.database_wait)
     # Every ID is judged here on this host's clock: measured against the database's at
     # start-up, and again at each readiness check and whenever the clock steps.
     clock = ClockWatch.from_env(database, settings.horizon)

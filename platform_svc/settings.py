@@ -78,6 +78,7 @@ class Settings:
     id_horizon_seconds: int = config.DEFAULT_ID_HORIZON_SECONDS
     inline_lease: timedelta = timedelta(seconds=15)  # see inline_lease()
     rate_limit: int = DEFAULT_RATE_LIMIT  # see default_rate_limit()
+    database_wait: float = 0.0  # DATABASE_WAIT_SECONDS: see shared.db.Database
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -91,6 +92,7 @@ class Settings:
             id_horizon_seconds=config.id_horizon_seconds(),
             inline_lease=inline_lease(),
             rate_limit=default_rate_limit(),
+            database_wait=config.seconds("DATABASE_WAIT_SECONDS", 0.0),
         )
 
     @property
@@ -102,7 +104,7 @@ class Settings:
     def database(self) -> Database:
         from shared.db import Database
 
-        return Database(self.database_url, pool_size=self.pool_size)
+        return Database(self.database_url, pool_size=self.pool_size, connect_wait=self.database_wait)
 
     def client(self, policy: ClientPolicy) -> InternalClient:
         """A client of cluster_svc presenting the first of the internal tokens (the others are only accepted)."""

@@ -67,6 +67,13 @@ class ServiceFlask(Flask):
             coroutine = self._coroutine[key] = inspect.iscoroutinefunction(func)
         return super().ensure_sync(func) if coroutine else func
 
+    def dispatch_request(self) -> Any:
+        """The view, made again while a failover keeps its database from taking it (``DATABASE_WAIT_SECONDS``)."""
+        database = self.extensions.get("database")
+        if database is None:
+            return super().dispatch_request()
+        return database.through_failover(super().dispatch_request)
+
 
 class ProblemApi(flask_smorest.Api):
     """flask-smorest's Api, answering and documenting errors as problem+json."""

@@ -14,15 +14,22 @@ an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
 from __future__ import annotations
 
 import _socket  # the C module: gevent's patched socket would wait where this must not
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+import functools
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-from flask import Flask, current_app
+from flask import Flask, current_app, g, has_request_context
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
-from shared.errors import connection_unusable
+from shared.errors import connection_unusable, database_unavailable, describe_database_error
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Constraint names both services' models use, so migrations name them stably.
 NAMING_CONVENTION = {
@@ -35,9 +42,17 @@ NAMING_CONVENTION = {
 
 
 class Database:
-    """An engine and its session factory, attachable to a Flask app."""
+    """An engine and its session factory, attachable to a Flask app.
 
-    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+    ``connect_wait``: how long a request waits for a database that cannot take it yet
+    (``DATABASE_WAIT_SECONDS``; 0: a 503 at once): a pooler restarting, or a database between
+    two primaries, costs the request that much time before a 503 instead of an immediate one.
+    What is tried again is only ever what cannot have lasted: a new connection it refused, and
+    a view that has not tried to commit anything (:meth:`through_failover`).
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 5, connect_wait: float = 0.0) -> None:
+        self.connect_wait = connect_wait
         self.engine: Engine = create_engine(
             url,
             pool_size=pool_size,
@@ -62,12 +77,48 @@ class Database:
             hide_parameters=True,
         )
 
+        if connect_wait > 0:
+            event.listen(self.engine, "do_connect", functools.partial(_connect_waiting, connect_wait))
+            event.listen(self.engine, "commit", _count_commit)
         event.listen(self.engine, "checkout", _discard_if_closed_by_server)
         event.listen(self.engine, "handle_error", _discard_if_unusable)
 
-    def begin(self) -> AbstractContextManager[Connection]:
-        """A connection in a transaction, committed when the block ends normally."""
-        return self.engine.begin()
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a transaction, committed when the block ends normally. A database error
+        raised by the commit itself says so (``during_commit``): it may have been committed."""
+        committing = False
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+                committing = True
+        except DBAPIError as error:
+            error.during_commit = committing  # type: ignore[attr-defined]
+            raise
+
+    def through_failover(self, call: Callable[[], T]) -> T:
+        """``call()`` (a view), made again while the database cannot take it, for up to
+        ``connect_wait`` seconds: a failover (PgBouncer finds no server, a node still read-only or
+        starting up, a session cut).
+
+        Safe because only a commit makes anything of a transaction last: ``call`` is made again
+        only while it has not tried to commit anything (a commit whose answer was lost may have
+        happened), and never for an error raised by a commit, its own or a shared flush's."""
+        if self.connect_wait <= 0:
+            return call()
+        deadline = time.monotonic() + self.connect_wait
+        for attempt in itertools.count():
+            commits = _commits()
+            try:
+                return call()
+            except DBAPIError as error:
+                pause = CONNECT_PAUSES[min(attempt, len(CONNECT_PAUSES) - 1)]
+                if (not database_unavailable(error) or getattr(error, "during_commit", False)
+                        or _commits() != commits or time.monotonic() + pause > deadline):
+                    raise
+                log.info("database unavailable (%s): the request waits for it", describe_database_error(error))
+                time.sleep(pause)
+        raise AssertionError("unreachable")
 
     def init_app(self, app: Flask) -> None:
         app.extensions["database"] = self
@@ -81,6 +132,35 @@ def transaction() -> Iterator[Connection]:
     """One transaction on the current app's database, committed at the end of the block."""
     with current_app.extensions["database"].begin() as db_session:
         yield db_session
+
+
+CONNECT_PAUSES = (0.1, 0.2, 0.5, 1.0)  # between attempts to connect, the last repeated
+
+
+def _connect_waiting(wait: float, dialect: Any, connection_record: Any, cargs: Any, cparams: Any) -> Any:
+    """A new DBAPI connection, tried again while the server refuses it, for up to ``wait`` seconds
+    (SQLAlchemy's ``do_connect``). The last refusal is raised past that (a 503 with Retry-After)."""
+    deadline = time.monotonic() + wait
+    for attempt in itertools.count():
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except dialect.loaded_dbapi.OperationalError:
+            pause = CONNECT_PAUSES[min(attempt, len(CONNECT_PAUSES) - 1)]
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # a greenlet's wait under gevent: the worker serves the others meanwhile
+    raise AssertionError("unreachable")
+
+
+def _count_commit(connection: Any) -> None:
+    """A commit is about to be sent: the request's view may not be made again (:meth:`Database.through_failover`)."""
+    if has_request_context():
+        g.database_commits = _commits() + 1
+
+
+def _commits() -> int:
+    """The commits this request has sent so far (0 outside a request: a command counts none)."""
+    return g.get("database_commits", 0) if has_request_context() else 0
 
 
 def _closed_by_server(dbapi_connection: Any) -> bool:

@@ -261,10 +261,13 @@ class Authenticator:
         return key
 
     def _read(self, *, ids: Sequence[str], touch: Sequence[str]) -> Sequence[Row]:
-        with self.database.begin() as connection:
-            return connection.execute(
-                KEYS, {"ids": list(ids), "touch": list(touch), "default_limit": self.default_limit}
-            ).all()
+        def read() -> Sequence[Row]:
+            with self.database.begin() as connection:
+                return connection.execute(
+                    KEYS, {"ids": list(ids), "touch": list(touch), "default_limit": self.default_limit}
+                ).all()
+
+        return self.database.through_failover(read)
 
     # Tokens ----------------------------------------------------------------------------
 
@@ -305,8 +308,11 @@ class Authenticator:
 
     def _lease(self, budget: Budget, account_id: uuid.UUID) -> None:
         size, started = budget.lease_size(), self.clock()
-        with self.database.begin() as connection:
-            row = connection.execute(LEASE, {"account_id": account_id, "n": size}).one()
+        def lease() -> Row:
+            with self.database.begin() as connection:
+                return connection.execute(LEASE, {"account_id": account_id, "n": size}).one()
+
+        row = self.database.through_failover(lease)
         granted = max(0, min(size, budget.limit - (row.used - size)))
         # The window's end on this worker's clock, from before the statement: never later than the database's.
         budget.tokens, budget.used, budget.ends = granted, row.used, started + float(row.reset)
