@@ -14,7 +14,7 @@ HA_VENV   := .venv-ha
 HA_STAMP  := $(HA_VENV)/.installed
 HA_PYTHON ?= $(firstword $(wildcard /usr/bin/python3) $(PYTHON))
 
-.PHONY: run run-ha test test-scale clean bench chaos psql-platform psql-cluster
+.PHONY: run run-ha drill test test-scale clean bench chaos psql-platform psql-cluster
 
 # The Debian packages each of test, test-scale and run-ha needs (tooling/packages.py, the
 # one list; .ci/run gets them through make test and make test-scale): installed with
@@ -39,6 +39,11 @@ psql-cluster: $(STAMP)
 # Installs the Debian packages it needs (as root) and Patroni; Ctrl-C stops it all.
 run-ha: packages-run-ha $(STAMP) $(HA_STAMP)
 	$(BIN)/python -m tooling.ha
+
+# Every kill and failover of run-ha's topology under keyed load, one table (bench/drill.py;
+# also written to drill.txt). About ten minutes.
+drill: packages-run-ha $(TEST_STAMP) $(HA_STAMP)
+	$(BIN)/python -m bench.drill
 
 # Patroni (PyPI) for run-ha and test-scale, in a virtualenv of its own on the
 # system's Python (see HA_VENV above).

@@ -88,8 +88,9 @@ class PgBouncer:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> PgBouncer:
-        """Write the configuration, start PgBouncer and wait until it accepts connections."""
+    def command(self) -> list[str]:
+        """Write the configuration; the command that runs PgBouncer on it (in the foreground,
+        its log on stderr). A supervisor runs it so, or :meth:`start` does."""
         program = binary()
         if program is None:
             raise FileNotFoundError("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
@@ -98,13 +99,17 @@ class PgBouncer:
         argv = [program]
         if os.geteuid() == 0:
             argv += ["-u", self._system_user()]
-        argv.append(str(self.ini))
+        return [*argv, str(self.ini)]
+
+    def start(self, timeout: float = 30.0) -> PgBouncer:
+        """Write the configuration, start PgBouncer and wait until it accepts connections."""
+        argv = self.command()
         # Logs go to stderr (no logfile setting), into a file this process opens:
         # the dropped user needs no access to the work folder.
         with self.log.open("ab") as sink:
             self.process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            self._wait_ready(timeout)
+            self.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
@@ -160,13 +165,13 @@ class PgBouncer:
             return pwd.getpwuid(Path(host).stat().st_uid).pw_name
         return "postgres"
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float) -> None:
         """Until a query through it is answered (so the upstream is reachable too)."""
         deadline = time.monotonic() + timeout
         url = make_url(self.url())
         last: Exception | None = None
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"pgbouncer exited with {self.process.returncode}:\n{self._log_tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):

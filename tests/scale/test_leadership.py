@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-from tests.scale.load import leader_gauge
+from bench.load import leader_gauge
 from tooling.testing import free_port, wait_for
 
 LEASE = 3.0  # seconds: short, so a crashed leader's lease runs out quickly

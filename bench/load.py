@@ -1,6 +1,6 @@
-"""Clients that create clusters through the public API as a careful user does: each create
-carries an Idempotency-Key, and a 503 or a connection error is retried with the same key
-until the create is acknowledged.
+"""Clients that create clusters through the public API as a careful user does (tests/scale and
+``make drill``): each create carries an Idempotency-Key, and a 503 or a connection error is
+retried with the same key until the create is acknowledged.
 
 Every attempt is recorded (when it was sent, when it was answered, and how), so a test
 can tell what the clients saw around a fault it caused at a known moment.
