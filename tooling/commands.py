@@ -41,20 +41,50 @@ class Commands:
 
         :raise subprocess.TimeoutExpired: it ran longer than ``timeout`` (it is killed).
         """
-        with tempfile.TemporaryDirectory(dir=self.workdir) as folder:
-            out, err = Path(folder, "stdout"), Path(folder, "stderr")
-            child = self._context.Process(target=_command, args=(program, list(args), env, str(out), str(err)))
-            child.start()
-            child.join(timeout)
-            if child.exitcode is None:
-                child.kill()
-                child.join()
-                raise subprocess.TimeoutExpired([program, *args], timeout)
-            exitcode = child.exitcode
-            child.close()
-            return subprocess.CompletedProcess(
-                [program, *args], exitcode, out.read_text(errors="replace"), err.read_text(errors="replace")
-            )
+        return self.start(program, *args, env=env).wait(timeout)
+
+    def start(self, program: str, *args: str, env: dict[str, str]) -> Started:
+        """Start ``program ARGS`` and return at once (:meth:`Started.wait` for its end)."""
+        folder = tempfile.TemporaryDirectory(dir=self.workdir)
+        out, err = Path(folder.name, "stdout"), Path(folder.name, "stderr")
+        child = self._context.Process(target=_command, args=(program, list(args), env, str(out), str(err)))
+        child.start()
+        return Started([program, *args], child, folder)
+
+
+class Started:
+    """A command started by :meth:`Commands.start`, running until :meth:`wait` returns."""
+
+    def __init__(self, argv: list[str], child: multiprocessing.process.BaseProcess,
+                 folder: tempfile.TemporaryDirectory) -> None:
+        self.argv, self.child, self._folder = argv, child, folder
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid
+
+    def poll(self) -> int | None:
+        """Its exit status, or None while it runs (as :meth:`subprocess.Popen.poll`)."""
+        return self.child.exitcode
+
+    def wait(self, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Its exit status and what it printed, once it has ended.
+
+        :raise subprocess.TimeoutExpired: it ran longer than ``timeout`` (it is killed).
+        """
+        try:
+            self.child.join(timeout)
+            if self.child.exitcode is None:
+                self.child.kill()
+                self.child.join()
+                raise subprocess.TimeoutExpired(self.argv, timeout)
+            exitcode = self.child.exitcode
+            self.child.close()
+            folder = Path(self._folder.name)
+            return subprocess.CompletedProcess(self.argv, exitcode, (folder / "stdout").read_text(errors="replace"),
+                                               (folder / "stderr").read_text(errors="replace"))
+        finally:
+            self._folder.cleanup()
 
 
 def _command(program: str, args: list[str], env: dict[str, str], out: str, err: str) -> None:

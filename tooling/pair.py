@@ -411,25 +411,19 @@ class Pair:
         return self.finish(self.start_reconcilers(processes, concurrency=concurrency, batch=batch))
 
     def start_reconcilers(self, processes: int = 1, *, concurrency: int = 8, batch: int = 100) -> list:
-        """Start ``platform-svc reconcile --once`` processes; :meth:`finish` waits for them."""
-        argv = [console_script("platform-svc"), "reconcile", "--once", "--concurrency", str(concurrency)]
-        argv += ["--batch", str(batch)]
+        """Start ``platform-svc reconcile --once`` processes (forked as :meth:`cli` runs its commands);
+        :meth:`finish` waits for them. Each is ``(process, argv)``, the process answering ``poll()``."""
+        args = ["reconcile", "--once", "--concurrency", str(concurrency), "--batch", str(batch)]
         env = {**os.environ, **self.platform_env}
-        started = []
-        for _ in range(processes):
-            self._runs += 1
-            log = self.workdir / f"reconcile-{self._runs}.out"
-            with open(log, "wb") as out:
-                started.append((subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT), log))
-        return started
+        return [(self.commands.start("platform-svc", *args, env=env), args) for _ in range(processes)]
 
     def finish(self, started: list) -> list[Run]:
         runs = []
-        for process, log in started:
-            returncode = process.wait(timeout=600)
-            output = log.read_text(errors="replace")
+        for process, _ in started:
+            result = process.wait(timeout=600)
+            output = result.stdout + result.stderr
             pushed = re.search(r"^pushed (\d+) rows?", output, re.MULTILINE)
-            runs.append(Run(returncode, int(pushed.group(1)) if pushed else 0, output))
+            runs.append(Run(result.returncode, int(pushed.group(1)) if pushed else 0, output))
         return runs
 
     def pending(self) -> tuple[int, float]:
