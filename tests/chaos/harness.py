@@ -54,8 +54,8 @@ class Scale:
 
 SCALES = {
     "ci": Scale(
-        "ci", creates=150, objects=60, burst=120, backlog=400, reconcilers=4, fuzz_examples=10,
-        outage_seconds=6, outage_writes=40, restart_burst=40, horizon=300, short_horizon=15,
+        "ci", creates=100, objects=60, burst=80, backlog=300, reconcilers=4, fuzz_examples=6,
+        outage_seconds=4, outage_writes=40, restart_burst=40, horizon=300, short_horizon=15,
     ),
     "full": Scale(
         "full", creates=600, objects=300, burst=500, backlog=3000, reconcilers=6, fuzz_examples=60,
