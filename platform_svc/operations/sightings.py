@@ -4,8 +4,11 @@ in ``cluster_svc_sightings``, which the console's overview reads (any worker sho
 Every call a process makes to cluster_svc (pushes, batch creates, the recovery watch's probes,
 the console's reads) tells :meth:`Sightings.saw` whether cluster_svc served it. A row is written
 when what the process sees changes (answers / does not answer), and otherwise at most every
-:data:`REFRESH_SECONDS`, so "when" stays fresh at about one small write a process per half a
-minute. The write happens in a thread of its own, never on the caller's path: a database that
+:data:`REFRESH_SECONDS`: at most one small write a second per process while it calls. "When" must
+stay that fresh: the overview takes the most recent row as cluster_svc's state, and a process that
+saw it fail a moment ago must not lose to another that saw it answer before that (with a 30 s
+refresh, a worker still seeing the outage it first saw 19 s earlier lost to a reconciler's success
+of 18 s ago, and the overview said "Answering" through a freeze). The write happens in a thread of its own, never on the caller's path: a database that
 is away (or frozen) costs a request nothing here, and the sighting is written once it is back.
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ from shared.errors import describe_database_error
 
 log = logging.getLogger(__name__)
 
-REFRESH_SECONDS = 30.0  # a process seeing the same thing writes it again after this long
+REFRESH_SECONDS = 1.0  # a process seeing the same thing writes it again after this long
 KEPT_FOR = "1 day"  # rows of processes silent this long (gone, most often) are dropped
 
 

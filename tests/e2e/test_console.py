@@ -360,8 +360,13 @@ def test_during_an_outage_the_object_page_answers_within_2_s_and_the_overview_sa
         page = browser.open(f"/console/objects/clusters/{made['diverged']}").text()
         took = time.monotonic() - started
         browser.screenshot("outage-object")
-        overview = wait_for(lambda: "Not answering" in browser.open("/console/").text() and browser.text(),
-                            timeout=15, what="the overview saying cluster_svc does not answer")
+        try:
+            overview = wait_for(lambda: "Not answering" in browser.open("/console/").text() and browser.text(),
+                                timeout=15, what="the overview saying cluster_svc does not answer")
+        except TimeoutError as exc:  # what it said instead, and what each process had written
+            with pair.platform_engine.connect() as conn:
+                written = conn.exec_driver_sql("SELECT observer, served, seen_at, what FROM cluster_svc_sightings").all()
+            raise AssertionError(f"{exc}: {browser.text()}\n{written}") from exc
         browser.screenshot("outage-overview")
     wait_for(lambda: pair.internal("GET", f"{CLUSTERS}?limit=1").status_code == 200, what="cluster_svc thawed")
 
