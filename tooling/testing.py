@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -129,10 +130,26 @@ def migrated_template(server_url: str, migrations: Path) -> str:
         return _templates[key]
 
 
+# Ports handed out, from below Linux's ephemeral range (32768-60999): a port the kernel picked
+# for any client's connection meanwhile cannot be taken from a server before it binds it.
+PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+_chance = random.SystemRandom()  # not the seeded module-level one: every pytest worker would pick alike
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, never handed out before by this process."""
+    while True:
+        port = _chance.choice(PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 class LiveServer:
@@ -164,12 +181,16 @@ class LiveServer:
         return self
 
     def wait_healthy(self, timeout: float) -> None:
+        """Until it answers /healthz, and (with an ``output`` file) its master says it listens on
+        its port: another process that took the port first must not pass for it."""
         deadline = time.monotonic() + timeout
+        listening = f"Listening at: {self.url} ({self.process.pid})".encode()
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.argv[0]} exited with {self.process.returncode}")
             try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
+                ours = self.output is None or listening in self.output.read_bytes()
+                if ours and requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return
             except requests.RequestException:  # not listening yet, or too busy starting to answer
                 pass
