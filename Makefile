@@ -73,9 +73,7 @@ test: packages-test $(TEST_STAMP)
 test-scale: packages-test-scale $(TEST_STAMP) $(HA_STAMP)
 	$(BIN)/python -m pytest tests/scale $(PYTEST_ARGS)
 
-# Reinstall whenever the dependencies change: one pip run per target. --no-compile: Python
-# compiles what is imported on first use; pip would compile every file of every package
-# (about 6 s of a fresh clone's install, most of it for modules no command imports). The test extras
+# Reinstall whenever the dependencies change: one pip run per target. The test extras
 # include the dev ones, so make test on a fresh clone resolves and installs everything
 # at once (a second run cost it about 10 s).
 $(BIN)/python:
@@ -86,11 +84,11 @@ $(BIN)/python:
 # .pth file, which mypy follows (setuptools' default import hook it does not).
 EDITABLE := --config-settings editable_mode=compat
 $(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile $(EDITABLE) -e './client[async]' -e '.[dev]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[dev]'
 	touch $(STAMP)
 
 $(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile $(EDITABLE) -e './client[async]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 
 clean:

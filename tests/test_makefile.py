@@ -40,7 +40,7 @@ def test_make_run_installs_the_runtime_and_its_runners_but_not_the_test_extras(t
     commands = planned("run", tmp_path)
 
     assert "-m venv .venv" in commands
-    assert "pip install --quiet --no-compile --config-settings editable_mode=compat -e './client[async]' -e '.[dev]'" in commands
+    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[dev]'" in commands
     assert "[test]" not in commands
     assert commands.rstrip().endswith(".venv/bin/python -m tooling.devrun")
 
@@ -56,7 +56,7 @@ def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
     commands = planned("test", tmp_path, installed=(".installed",))
 
     assert "-m venv" not in commands and "[dev]" not in commands
-    assert "pip install --quiet --no-compile --config-settings editable_mode=compat -e './client[async]' -e '.[test]'" in commands
+    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[test]'" in commands
 
 
 def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topology(tmp_path):
