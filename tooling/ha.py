@@ -73,6 +73,23 @@ class Ports:
         return self.taken[name]
 
 
+class Replica(Supervised):
+    """A supervised replica of a service (``serve`` on ``port``)."""
+
+    def __init__(self, supervisor: Supervisor, name: str, port: int) -> None:
+        super().__init__(supervisor, name)
+        self.port, self.url = port, f"http://127.0.0.1:{port}"
+
+    def wait_healthy(self, timeout: float) -> None:
+        wait_for(lambda: requests.get(self.url + "/healthz", timeout=1).status_code == 200, timeout=timeout,
+                 what=f"{self.name} healthy")
+
+    def worker_pids(self) -> list[int]:
+        """Its gunicorn workers: the children of its master."""
+        master = self.pid
+        return [pid for pid, _ in children(master)] if master else []
+
+
 class Topology:
     """etcd, two Patroni clusters, HAProxy, PgBouncer, the services' replicas and reconcilers.
 
@@ -470,20 +487,3 @@ def _interrupt(signum: int, frame: object) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-class Replica(Supervised):
-    """A supervised replica of a service (``serve`` on ``port``)."""
-
-    def __init__(self, supervisor: Supervisor, name: str, port: int) -> None:
-        super().__init__(supervisor, name)
-        self.port, self.url = port, f"http://127.0.0.1:{port}"
-
-    def wait_healthy(self, timeout: float) -> None:
-        wait_for(lambda: requests.get(self.url + "/healthz", timeout=1).status_code == 200, timeout=timeout,
-                 what=f"{self.name} healthy")
-
-    def worker_pids(self) -> list[int]:
-        """Its gunicorn workers: the children of its master."""
-        master = self.pid
-        return [pid for pid, _ in children(master)] if master else []
