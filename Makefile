@@ -41,7 +41,7 @@ run-ha: packages-run-ha $(STAMP) $(HA_STAMP)
 	$(BIN)/python -m tooling.ha
 
 # Every kill and failover of run-ha's topology under keyed load, one table (bench/drill.py;
-# also written to drill.txt). About ten minutes.
+# also written to drill.txt). About two minutes.
 drill: packages-run-ha $(TEST_STAMP) $(HA_STAMP)
 	$(BIN)/python -m bench.drill
 
