@@ -99,8 +99,7 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
         def run() -> None:
             server.wait_restarted(server.kill())
             server.wait_healthy(30)
-            proxy = server.name.rsplit("-", 1)[0]
-            wait_for(lambda: len(ha.haproxy_up(proxy)) == ha.replicas, timeout=30, what=f"HAProxy's {proxy}")
+            ha.wait_balanced(30)
         return run
 
     def program(name: str, ready: Callable[[], object]) -> Callable[[], None]:
@@ -111,12 +110,11 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
         return run
 
     def leading_reconciler() -> None:
-        leaders = [i for i in range(len(ha.reconcilers)) if ha.reconciler_metric(i, "sync_repair_leader") == 1]
-        victim = ha.reconcilers[leaders[0]]
+        leader = ha.leaders()[0]
+        victim = ha.reconcilers[leader]
         victim.wait_restarted(victim.kill())
-        ha.wait_reconciler(leaders[0])
-        wait_for(lambda: sum(ha.reconciler_metric(i, "sync_repair_leader") == 1 for i in range(len(ha.reconcilers))) == 1,
-                 timeout=3 * LEASE + 10, what="one reconciler leading")
+        ha.wait_reconciler(leader)
+        wait_for(lambda: len(ha.leaders()) == 1, timeout=3 * LEASE + 10, what="one reconciler leading")
 
     def restarted(cluster, node, postmaster: int | None) -> None:
         """Until ``node`` runs a new PostgreSQL and the cluster is whole again (a primary, a streaming
@@ -161,12 +159,9 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
         ha.wait_routed(cluster, timeout=60)
 
     def routed() -> None:
-        for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda proxy=proxy: len(ha.haproxy_up(proxy)) == ha.replicas, timeout=30, what=f"HAProxy's {proxy}")
+        ha.wait_balanced(30)
         for database in ha.databases.values():
             ha.wait_routed(database, timeout=30)
-
-    import requests
 
     return [
         ("kill -9 platform_svc replica", replica(ha.platform_svcs[0])),
@@ -175,8 +170,7 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
         ("kill -9 PgBouncer (platform_svc)", program("pgbouncer-platform_svc", lambda: ha.bouncers["platform_svc"].wait_ready(30))),
         ("kill -9 PgBouncer (cluster_svc)", program("pgbouncer-cluster_svc", lambda: ha.bouncers["cluster_svc"].wait_ready(30))),
         ("kill -9 HAProxy", program("haproxy", routed)),
-        ("kill -9 etcd", program("etcd", lambda: wait_for(
-            lambda: requests.get(f"http://{ha.etcd_url}/health", timeout=1).ok, timeout=30, what="etcd"))),
+        ("kill -9 etcd", program("etcd", lambda: ha.wait_etcd(30))),
         ("kill -9 platform_svc Patroni leader", leader_kill("platform_svc")),
         ("kill -9 cluster_svc Patroni leader", leader_kill("cluster_svc")),
         ("platform_svc primary's machine lost", machine_lost("platform_svc")),

@@ -106,19 +106,19 @@ class Database:
         happened), and never for an error raised by a commit, its own or a shared flush's."""
         if self.connect_wait <= 0:
             return call()
-        deadline = time.monotonic() + self.connect_wait
-        for attempt in itertools.count():
+        pauses = _pauses(time.monotonic() + self.connect_wait)
+        while True:
             commits = _commits()
             try:
                 return call()
             except DBAPIError as error:
-                pause = CONNECT_PAUSES[min(attempt, len(CONNECT_PAUSES) - 1)]
-                if (not database_unavailable(error) or getattr(error, "during_commit", False)
-                        or _commits() != commits or time.monotonic() + pause > deadline):
+                if not database_unavailable(error) or getattr(error, "during_commit", False) or _commits() != commits:
+                    raise
+                pause = next(pauses, None)
+                if pause is None:
                     raise
                 log.info("database unavailable (%s): the request waits for it", describe_database_error(error))
                 time.sleep(pause)
-        raise AssertionError("unreachable")
 
     def init_app(self, app: Flask) -> None:
         app.extensions["database"] = self
@@ -134,22 +134,31 @@ def transaction() -> Iterator[Connection]:
         yield db_session
 
 
-CONNECT_PAUSES = (0.1, 0.2, 0.5, 1.0)  # between attempts to connect, the last repeated
+CONNECT_PAUSES = (0.1, 0.2, 0.5, 1.0)  # between attempts, the last repeated
+
+
+def _pauses(deadline: float) -> Iterator[float]:
+    """The pauses between attempts (:data:`CONNECT_PAUSES`) while the next one still ends before
+    ``deadline`` (a time.monotonic() value): the wait is over when they are."""
+    for attempt in itertools.count():
+        pause = CONNECT_PAUSES[min(attempt, len(CONNECT_PAUSES) - 1)]
+        if time.monotonic() + pause > deadline:
+            return
+        yield pause
 
 
 def _connect_waiting(wait: float, dialect: Any, connection_record: Any, cargs: Any, cparams: Any) -> Any:
     """A new DBAPI connection, tried again while the server refuses it, for up to ``wait`` seconds
     (SQLAlchemy's ``do_connect``). The last refusal is raised past that (a 503 with Retry-After)."""
-    deadline = time.monotonic() + wait
-    for attempt in itertools.count():
+    pauses = _pauses(time.monotonic() + wait)
+    while True:
         try:
             return dialect.connect(*cargs, **cparams)
         except dialect.loaded_dbapi.OperationalError:
-            pause = CONNECT_PAUSES[min(attempt, len(CONNECT_PAUSES) - 1)]
-            if time.monotonic() + pause > deadline:
+            pause = next(pauses, None)
+            if pause is None:
                 raise
             time.sleep(pause)  # a greenlet's wait under gevent: the worker serves the others meanwhile
-    raise AssertionError("unreachable")
 
 
 def _count_commit(connection: Any) -> None:

@@ -127,8 +127,9 @@ class Topology:
         # The databases through HAProxy (migrations, tests' reads), and through PgBouncer (the services).
         self.direct_urls = {name: embedded_pg.database_url(database.url, name)
                             for name, database in self.databases.items()}
-        # While no primary is routed, PgBouncer keeps a query waiting (up to DATABASE_WAIT) rather
-        # than refusing it: server_login_retry 0 never turns a failed login into refusals.
+        # PgBouncer tries a new server login at once after a failed one (server_login_retry 0), and
+        # holds a query queued for a server up to DATABASE_WAIT. It still refuses a transaction
+        # while its last login failed (1.18, measured): the services wait through that themselves.
         waits = {"server_login_retry": "0", "query_wait_timeout": str(DATABASE_WAIT)}
         self.bouncers = {name: PgBouncer(database.url, workdir / f"pgbouncer-{name}", port=self.ports[f"{name} pgbouncer"],
                                          settings=waits)
@@ -167,7 +168,7 @@ class Topology:
         self.supervisor.run()
         progress("etcd")
         self.etcd = self._start("etcd")
-        wait_for(lambda: requests.get(f"http://{self.etcd_url}/health", timeout=1).ok, timeout=30, what="etcd")
+        self.wait_etcd(30)
         progress("PostgreSQL: two Patroni-managed databases of two nodes (initdb, then a standby cloned from each primary)")
         for node in self.nodes():
             node.supervised = self._start(node.name)
@@ -193,8 +194,7 @@ class Topology:
             self._start(server.name)
         for server in self.servers():
             server.wait_healthy(60)
-        for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda proxy=proxy: len(self.haproxy_up(proxy)) == self.replicas, timeout=30, what=f"HAProxy's {proxy}")
+        self.wait_balanced(30)
         self.reconcilers = [self._start(f"reconciler-{index}") for index in range(self.reconciler_count)]
         for index in range(self.reconciler_count):
             self.wait_reconciler(index)
@@ -361,6 +361,19 @@ class Topology:
         """Until reconciler ``index`` serves its metrics (it has started, and connected)."""
         metrics = f"http://127.0.0.1:{self.reconciler_ports[index]}/metrics"
         wait_for(lambda: requests.get(metrics, timeout=1).ok, timeout=timeout, what=f"reconciler-{index}'s metrics")
+
+    def leaders(self) -> list[int]:
+        """The reconcilers (by index) that lead the periodic passes now (``sync_repair_leader`` 1)."""
+        return [i for i in range(len(self.reconcilers)) if self.reconciler_metric(i, "sync_repair_leader") == 1]
+
+    def wait_etcd(self, timeout: float) -> None:
+        wait_for(lambda: requests.get(f"http://{self.etcd_url}/health", timeout=1).ok, timeout=timeout, what="etcd")
+
+    def wait_balanced(self, timeout: float) -> None:
+        """Until HAProxy sends each service's requests to every one of its replicas."""
+        for proxy in ("platform_svc", "cluster_svc"):
+            wait_for(lambda proxy=proxy: len(self.haproxy_up(proxy)) == self.replicas, timeout=timeout,
+                     what=f"HAProxy's {proxy} on every replica")
 
     def reconciler_metric(self, index: int, name: str) -> float | None:
         """One unlabelled sample of reconciler ``index``'s metrics, or None (not exported, or not answering)."""

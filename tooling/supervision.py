@@ -177,7 +177,6 @@ class Supervised:
 
     def __init__(self, supervisor: Supervisor, name: str) -> None:
         self.supervisor, self.name = supervisor, name
-        self.log = supervisor.programs[name].log
 
     @property
     def pid(self) -> int | None:
@@ -199,6 +198,3 @@ class Supervised:
         """The pid of the process supervisord started in place of ``old_pid``."""
         return testing.wait_for(lambda: (pid := self.pid) not in (None, old_pid) and pid, timeout=timeout,
                                 what=f"{self.name} restarted")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

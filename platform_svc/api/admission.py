@@ -308,6 +308,7 @@ class Authenticator:
 
     def _lease(self, budget: Budget, account_id: uuid.UUID) -> None:
         size, started = budget.lease_size(), self.clock()
+
         def lease() -> Row:
             with self.database.begin() as connection:
                 return connection.execute(LEASE, {"account_id": account_id, "n": size}).one()

@@ -8,8 +8,9 @@ when what the process sees changes (answers / does not answer), and otherwise at
 stay that fresh: the overview takes the most recent row as cluster_svc's state, and a process that
 saw it fail a moment ago must not lose to another that saw it answer before that (with a 30 s
 refresh, a worker still seeing the outage it first saw 19 s earlier lost to a reconciler's success
-of 18 s ago, and the overview said "Answering" through a freeze). The write happens in a thread of its own, never on the caller's path: a database that
-is away (or frozen) costs a request nothing here, and the sighting is written once it is back.
+of 18 s ago, and the overview said "Answering" through a freeze). The write happens in a thread
+of its own, never on the caller's path: a database that is away (or frozen) costs a request
+nothing here, and the sighting is written once it is back.
 """
 from __future__ import annotations
 

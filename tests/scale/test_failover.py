@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import requests
 
 from bench.load import Load
 from tooling.ha import PATRONI_TTL, Topology, alive, wait_for
@@ -84,8 +83,7 @@ def test_a_killed_replica_of_each_service_is_routed_around_and_restarted(ha):
         for server, master in zip(victims, masters):
             server.wait_restarted(master, timeout=10)  # supervisord starts it again
             server.wait_healthy(10)
-        for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda proxy=proxy: len(ha.haproxy_up(proxy)) == 2, timeout=10, what=f"HAProxy: {proxy}-0 back")
+        ha.wait_balanced(10)  # both replicas of each, the restarted ones back
         back = time.monotonic() - killed_at
         load.wait_acknowledged(20, since=time.monotonic())
     statuses = load.statuses()
@@ -110,12 +108,11 @@ def back_in_service(ha: Topology, program: str) -> None:
     if program.startswith("pgbouncer-"):
         ha.bouncers[program.removeprefix("pgbouncer-")].wait_ready(10)
     elif program == "haproxy":
-        for proxy in ("platform_svc", "cluster_svc"):
-            wait_for(lambda proxy=proxy: len(ha.haproxy_up(proxy)) == ha.replicas, timeout=10, what=f"HAProxy's {proxy}")
+        ha.wait_balanced(10)
         for database in ha.databases.values():
             ha.wait_routed(database, timeout=10)
     else:
-        wait_for(lambda: requests.get(f"http://{ha.etcd_url}/health", timeout=1).ok, timeout=10, what="etcd")
+        ha.wait_etcd(10)
 
 
 @pytest.mark.parametrize("program", ["pgbouncer-platform_svc", "pgbouncer-cluster_svc", "haproxy", "etcd"])
@@ -142,17 +139,13 @@ def test_a_killed_pooler_proxy_or_store_is_restarted_within_10_s_and_creates_go_
         database.wait_healthy(timeout=60)
 
 
-def leaders(ha: Topology) -> list[int]:
-    return [i for i in range(len(ha.reconcilers)) if ha.reconciler_metric(i, "sync_repair_leader") == 1]
-
-
 def test_a_killed_leading_reconciler_is_restarted_and_one_leader_leads_within_the_lease(ha):
-    [leader] = wait_for(lambda: (found := leaders(ha)) and len(found) == 1 and found, timeout=3 * LEASE,
+    [leader] = wait_for(lambda: (found := ha.leaders()) and len(found) == 1 and found, timeout=3 * LEASE,
                         what="exactly one reconciler leading")
     victim = ha.reconcilers[leader]
     killed_at = time.monotonic()
     pid = victim.kill()
-    [successor] = wait_for(lambda: leaders(ha), timeout=3 * LEASE, what="a reconciler leading again", poll=0.05)
+    [successor] = wait_for(lambda: ha.leaders(), timeout=3 * LEASE, what="a reconciler leading again", poll=0.05)
     took = time.monotonic() - killed_at
     victim.wait_restarted(pid, timeout=10)  # supervisord starts it again: it does not lead until the lease is free
     ha.wait_reconciler(leader, timeout=10)
@@ -164,7 +157,7 @@ def test_a_killed_leading_reconciler_is_restarted_and_one_leader_leads_within_th
     assert took <= LEASE + LEASE / 3 + 1
     assert back < 10
     # The restarted one does not take a lease another holds: the successor alone goes on leading.
-    assert wait_for(lambda: leaders(ha) == [successor], timeout=3 * LEASE, what="still one leader after the restart")
+    assert wait_for(lambda: ha.leaders() == [successor], timeout=3 * LEASE, what="still one leader after the restart")
 
 
 def test_losing_the_platform_primary_loses_no_acknowledged_write_and_the_node_rejoins(ha):
