@@ -26,6 +26,7 @@ from flask import Flask, current_app, g, has_request_context
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
+from shared import config, deadline
 from shared.errors import connection_unusable, database_unavailable, describe_database_error
 
 T = TypeVar("T")
@@ -49,15 +50,27 @@ class Database:
     two primaries, costs the request that much time before a 503 instead of an immediate one.
     What is tried again is only ever what cannot have lasted: a new connection it refused, and
     a view that has not tried to commit anything (:meth:`through_failover`).
+
+    ``timeout``: the longest any one wait on the database may take (``DATABASE_TIMEOUT_SECONDS``,
+    :data:`shared.deadline.DEFAULT_SECONDS` by default): a connect, a statement, a commit, the wait
+    for a pooled connection. A database that hangs costs a request about twice that, then a 503
+    (:mod:`shared.deadline`). The server is told a little less for a statement and half of it for a
+    lock (:func:`_server_timeouts`), so that a query that is merely slow ends cleanly there first.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 5, connect_wait: float = 0.0) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 5, connect_wait: float = 0.0, timeout: float | None = None,
+    ) -> None:
         self.connect_wait = connect_wait
+        self.timeout = config.seconds("DATABASE_TIMEOUT_SECONDS", deadline.DEFAULT_SECONDS) if timeout is None else timeout
+        deadline.install()
         self.engine: Engine = create_engine(
             url,
             pool_size=pool_size,
+            pool_timeout=self.timeout,
+            connect_args={"connection_factory": deadline.bounded_connection(self.timeout)},
             # Exactly ``pool_size`` connections, kept open; a caller beyond them
-            # waits for one (at most 30 s, then a 503). Overflow connections
+            # waits for one (at most ``timeout``, then a 503). Overflow connections
             # would be closed when given back, so any burst above the pool
             # (16 requests in flight on a gevent worker with 8 connections) paid
             # a new PostgreSQL session per transaction: hundreds a second.
@@ -80,6 +93,7 @@ class Database:
         if connect_wait > 0:
             event.listen(self.engine, "do_connect", functools.partial(_connect_waiting, connect_wait))
             event.listen(self.engine, "commit", _count_commit)
+        event.listen(self.engine, "connect", functools.partial(_server_timeouts, self.timeout))
         event.listen(self.engine, "checkout", _discard_if_closed_by_server)
         event.listen(self.engine, "handle_error", _discard_if_unusable)
 
@@ -114,6 +128,8 @@ class Database:
             except DBAPIError as error:
                 if not database_unavailable(error) or getattr(error, "during_commit", False) or _commits() != commits:
                     raise
+                if isinstance(error.orig, deadline.DatabaseStalled):
+                    raise  # it has had its time: a stalled database is no failover to wait through
                 pause = next(pauses, None)
                 if pause is None:
                     raise
@@ -154,11 +170,32 @@ def _connect_waiting(wait: float, dialect: Any, connection_record: Any, cargs: A
     while True:
         try:
             return dialect.connect(*cargs, **cparams)
+        except deadline.DatabaseStalled:
+            raise  # it accepted the connection and never answered: not a refusal to wait out
         except dialect.loaded_dbapi.OperationalError:
             pause = next(pauses, None)
             if pause is None:
                 raise
             time.sleep(pause)  # a greenlet's wait under gevent: the worker serves the others meanwhile
+
+
+def _server_timeouts(seconds: float, dbapi_connection: Any, connection_record: Any) -> None:
+    """A new connection's session: a statement may run for a little less than the client waits,
+    and wait for a lock half as long, so that a merely slow one ends cleanly on the server (57014,
+    a 503) before the client gives up on the connection.
+
+    Session settings, not startup parameters: PgBouncer (1.18, Debian 12's) refuses an ``options``
+    startup parameter, while a SET passes through it; in transaction mode the setting stays with
+    the server connection it ran on, which every client of the pool sets alike
+    (docs/decisions/0021)."""
+    statement_ms, lock_ms = max(1, int(seconds * 900)), max(1, int(seconds * 500))
+    autocommit = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET statement_timeout = {statement_ms}; SET lock_timeout = {lock_ms}")
+    finally:
+        dbapi_connection.autocommit = autocommit
 
 
 def _count_commit(connection: Any) -> None:

@@ -4,7 +4,7 @@ Why gevent (docs/decisions/0004-worker-model.md): a threaded worker gives
 each connection a thread while it reads the request, so a few dozen
 connections that stay silent or send their headers a line at a time hold
 every thread and nobody else is answered. Under gevent a connection costs a
-greenlet; psycopg2 (through psycogreen) and every socket, lock and queue
+greenlet; psycopg2 (through :mod:`shared.deadline`'s wait callback) and every socket, lock and queue
 (through gevent's monkey-patching) wait cooperatively, so one worker serves
 hundreds of connections while any number of them dawdle.
 
@@ -68,8 +68,8 @@ from gunicorn import glogging, util
 from gunicorn.http import errors as http_errors
 from gunicorn.http import wsgi as gunicorn_wsgi
 from gunicorn.workers.ggevent import GeventWorker
-from psycogreen.gevent import patch_psycopg
 
+from shared import deadline
 from shared.errors import HTTP_CODES, PROBLEM_JSON, TYPE_PREFIX
 from shared.repeated_headers import ENVIRON_KEY as REPEATED_HEADERS
 from shared.repeated_headers import names_repeated
@@ -235,7 +235,7 @@ class ProblemGeventWorker(GeventWorker):
 
     def patch(self) -> None:
         super().patch()  # gevent.monkey.patch_all(), before the app is built
-        patch_psycopg()  # psycopg2 waits for PostgreSQL through gevent
+        deadline.install()  # psycopg2 waits for PostgreSQL through gevent, each wait bounded
 
     def init_process(self) -> None:
         util.write_error = write_problem

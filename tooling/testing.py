@@ -56,6 +56,29 @@ def own_postgres(prefix: str = "pgo") -> Iterator[Any]:
         embedded_pg.stop(server, delete=True)
 
 
+@contextmanager
+def frozen_postgres(server: Any) -> Iterator[None]:
+    """A server of :func:`own_postgres` hung, not dead, for the block: its postmaster and every
+    backend SIGSTOPped, as a stalled disk or a host paused by its hypervisor looks. Connections
+    stay open and new ones are still accepted by the kernel; nothing is ever answered."""
+    import psutil
+
+    pid = int((Path(server.pgdata) / "postmaster.pid").read_text().split()[0])
+    postmaster = psutil.Process(pid)
+    postmaster.suspend()  # first: it forks nothing after this
+    backends = postmaster.children(recursive=True)
+    for backend in backends:
+        backend.suspend()
+    try:
+        yield
+    finally:
+        for process in [*backends, postmaster]:
+            try:
+                process.resume()
+            except psutil.NoSuchProcess:
+                pass
+
+
 _initialized: list[Path] = []  # a data directory initdb made once in this process, stopped
 _initialized_lock = threading.Lock()
 

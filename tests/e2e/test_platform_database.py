@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from tests.helpers import cluster_body
 from tooling import embedded_pg
-from tooling.testing import own_postgres, wait_for
+from tooling.testing import frozen_postgres, own_postgres, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +138,62 @@ def test_platform_database_stopped_under_traffic_answers_503_never_500_and_loses
         wait_for(pair.all_synced, timeout=60, what="every cluster synced by the reconciler")
     pair.assert_downstream_matches()
     assert len(pair.cluster_svc_rows("clusters")) == len(answers)
+
+
+STALL_SECONDS = 6.0  # longer than any request may wait: each one started in it has to give up
+REQUEST_BOUND = 5.0  # what a hung database may cost a request (docs/design.md, property 15)
+
+
+def test_a_stalled_database_costs_a_request_at_most_5_s_then_503_and_loses_nothing(pair, platform_pg):
+    """platform's PostgreSQL hung, not dead (SIGSTOP of the postmaster and every backend), under 8
+    callers: a stopped server fires no statement_timeout and its kernel still accepts connections,
+    so only the service's own deadline on each wait (shared.deadline) bounds a request. A real
+    stall, for real seconds: what is measured is the time it costs."""
+    pair.api("POST", "/v1/clusters", json=cluster_body(name="before"))  # the key held, the pool warm
+    answers: list[tuple[str, float, float, requests.Response | None]] = []  # key, started, seconds, answer
+    stop = threading.Event()
+
+    def caller(n: int) -> None:
+        for i in range(10_000):
+            if stop.is_set():
+                return
+            key, started = f"stall-{n}-{i}", time.monotonic()
+            try:
+                response = pair.api(
+                    "POST", "/v1/clusters", json=cluster_body(name=f"s-{n}-{i}"), headers={"Idempotency-Key": key}
+                )
+            except requests.RequestException:
+                response = None
+            answers.append((key, started, time.monotonic() - started, response))
+            if response is not None and response.status_code == 503:
+                time.sleep(0.1)
+
+    with ThreadPoolExecutor(8) as pool:
+        callers = [pool.submit(caller, n) for n in range(8)]
+        with frozen_postgres(platform_pg):
+            frozen_at = time.monotonic()
+            time.sleep(STALL_SECONDS)
+        thawed_at = time.monotonic()
+
+        def answered_after_the_thaw() -> bool:
+            return any(r is not None and r.status_code == 201 and s > thawed_at for _, s, _, r in list(answers))
+
+        wait_for(answered_after_the_thaw, timeout=REQUEST_BOUND, what="a 201 within 5 s of the thaw")
+        stop.set()
+        for future in callers:
+            future.result(timeout=60)
+
+    assert all(response is not None for *_, response in answers), "a request's connection was cut"
+    slowest = max(seconds for _, _, seconds, _ in answers)
+    assert slowest <= REQUEST_BOUND, f"a request waited {slowest:.1f} s for the hung database"
+    in_the_stall = [r for _, started, seconds, r in answers if frozen_at <= started and started + seconds < thawed_at]
+    assert in_the_stall, "no request was answered during the stall"
+    for response in in_the_stall:
+        assert response.status_code == 503, response.text
+        assert response.json()["code"] == "unavailable" and int(response.headers["Retry-After"]) >= 1
+    assert not [r for *_, r in answers if r.status_code == 500]
+    # Nothing acknowledged is lost: every create answered 2xx is stored, once.
+    acknowledged = {key for key, _, _, r in answers if r.status_code in (200, 201)}
+    with pair.platform_engine.connect() as conn:
+        stored = dict(conn.execute(text("SELECT idempotency_key, count(*) FROM clusters GROUP BY 1")).all())
+    assert {key: stored.get(key) for key in acknowledged} == {key: 1 for key in acknowledged}
