@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.push.pusher import Pusher
     from shared.api import create_service_app
     from shared.clock import ClockWatch
+    from sqlalchemy.exc import IntegrityError
 
     settings = settings or Settings.from_env()
     database = settings.database()
@@ -55,13 +56,12 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
     authenticator = admission.Authenticator(database, settings.rate_limit)
-    strangers = auth.Strangers()  # this worker's count of keys that admit nothing, per source
 
     app, api = create_service_app(
         __name__,
         title="platform_svc",
         database=database,
-        authenticate=functools.partial(auth.admit, authenticator, strangers),
+        authenticate=functools.partial(auth.admit, authenticator),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT, console.ICON_BLUEPRINT],
@@ -81,8 +81,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     )
     app.extensions["inline_lease"] = settings.inline_lease
     app.extensions["authenticator"] = authenticator
-    app.extensions["strangers"] = strangers
     app.after_request(auth.rate_limit_headers)
+    app.register_error_handler(IntegrityError, auth.refused_write)
     api.register_blueprint(blueprint())
     console.register_console(
         app, database=database, client=sightings.watching(settings.client(console.CONSOLE_POLICY)), breaker=breaker,

@@ -255,7 +255,7 @@ def _request_line() -> str:
     return f"{request.method} {request.path}" if request else "-"
 
 
-def _database_error(error: sa_exc.SQLAlchemyError) -> Response:
+def database_error(error: sa_exc.SQLAlchemyError) -> Response:
     if not database_unavailable(error):
         return _internal_error(error)
     log.warning("503 %s: database unavailable (%s)", _request_line(), describe_database_error(error))
@@ -291,6 +291,6 @@ def _internal_error(error: BaseException) -> Response:
 def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(HttpProblem, problem_from)
     app.register_error_handler(HTTPException, problem_from_http)
-    app.register_error_handler(sa_exc.SQLAlchemyError, _database_error)
+    app.register_error_handler(sa_exc.SQLAlchemyError, database_error)
     app.register_error_handler(ParseException, _malformed_framing)
     app.register_error_handler(Exception, _internal_error)

@@ -14,10 +14,16 @@ request rate:
   revoked key or a removed account is refused by every worker within 0.25 s
   and the time of one statement. A poll, not ``LISTEN``: PgBouncer in
   transaction mode passes no notification.
-- **a key not seen before** is looked up once (and its last use written); a
-  key that matches nothing is remembered as such until the next change. How
-  often a source may send keys that admit nothing is bounded before this
-  (:class:`platform_svc.api.auth.Strangers`).
+- **the set of every live key id** (:attr:`Authenticator.ids`) is read with the
+  generation and again whenever it moves, so a key id that does not exist is
+  refused with no statement, from one address or thousands: at most
+  :data:`MISSES_PER_REFRESH` ids outside the set are looked up per refresh
+  period and worker (a key issued since the set was read is found by its first
+  look-up, which sees the generation move and re-reads the set). Its memory:
+  about 11 MB a worker at 100,000 keys (docs/decisions/0021).
+- **a key not seen before** is looked up once (and its last use written). A
+  wrong secret for a key held is refused in memory: it never evicts the key nor
+  refuses its owner.
 - **tokens are leased** from the account's window row (``rate_windows``, one
   per account, the database's second) ``limit // 10`` at a time, at least 1:
   at most about ten leases per account and window across every worker. The
@@ -32,7 +38,11 @@ Failure modes: a worker that dies holding tokens takes them with it (its
 account may get up to one lease fewer that second). While the database is
 away, a request is admitted from the copy for at most 0.25 s after the last
 refresh (its own statements then fail with 503); after that the refresh fails
-and every request answers 503 with Retry-After, as any request would.
+and every request answers 503 with Retry-After, as any request would. While it
+hangs instead (:mod:`shared.deadline`), one request's refresh waits for it, up
+to the database's timeout; the requests that queue behind that refresh wait no
+longer than it does, and once it has failed they answer 503 at once, until the
+next refresh is due.
 """
 from __future__ import annotations
 
@@ -49,6 +59,7 @@ from typing import NoReturn
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Row
+from sqlalchemy.exc import TimeoutError as NoDatabaseInTime
 
 from shared.db import Database
 from shared.errors import HttpProblem
@@ -58,6 +69,7 @@ REFRESH_SECONDS = 0.25  # how stale a worker's copy of the keys may get: a revoc
 TOUCH_SECONDS = 60  # how stale a key's last_used_at may get
 LEASES_PER_WINDOW = 10  # a lease is limit // this many tokens, at least 1
 KEPT = 10_000  # keys (and accounts' budgets) one worker keeps, least recently used dropped first
+MISSES_PER_REFRESH = 5  # key ids outside the set looked up per refresh period: a new key's first use
 
 
 class TooManyRequests(HttpProblem):
@@ -85,6 +97,12 @@ FROM key_changes c LEFT JOIN (
     WHERE k.key_id = ANY(:ids) AND k.revoked_at IS NULL
 ) k ON true
 """).bindparams(bindparam("touch"), bindparam("ids"), bindparam("default_limit"))
+
+# Every live key id, with the generation it belongs to, in one snapshot.
+KEY_IDS = text("""
+SELECT c.generation, coalesce((SELECT array_agg(key_id) FROM api_keys WHERE revoked_at IS NULL), '{}') AS ids
+FROM key_changes c
+""")
 
 # A lease of up to :n tokens from the account's window (the database's second, so every process
 # counts in the same one): the window's count after it, and the seconds until the window ends.
@@ -176,8 +194,12 @@ class Authenticator:
         self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
         self._generation = 0  # of the keys held (0: none read yet)
         self._refreshed = -math.inf  # when the last refresh started, on ``clock``
+        self._failed = -math.inf  # when the last refresh failed, on ``clock``
         self._touch: set[str] = set()  # keys whose last use is due
         self._refreshing = threading.Lock()
+        self.ids: frozenset[str] | None = None  # every live key id (None: not read yet)
+        self._ids_generation = 0  # of ``ids``
+        self._misses = 0  # ids outside ``ids`` looked up since the last refresh
 
     def __call__(self, api_key: str) -> Admission | None:
         key_id, _, secret = api_key.partition(".")
@@ -196,6 +218,8 @@ class Authenticator:
         if key_id in self._keys:  # as the refresh left it: a revoked key is None now
             self._keys.move_to_end(key_id)
             key = self._keys[key_id]
+        elif self._unknown(key_id):
+            return None
         else:
             key = self._look_up(key_id)
         if key is None or not key.matches(secret):
@@ -204,20 +228,58 @@ class Authenticator:
 
     # Keys ------------------------------------------------------------------------------
 
+    def _unknown(self, key_id: str) -> bool:
+        """Whether ``key_id`` is no live key's, as far as the set of ids tells without a statement.
+
+        An id outside the set is looked up all the same, :data:`MISSES_PER_REFRESH` times per
+        refresh period: a key issued since the set was read works at its first use, and a flood of
+        made-up ids costs at most that many statements a period, however many addresses send it."""
+        if self.ids is None:
+            self._read_ids()
+        if key_id in self.ids or self._misses >= MISSES_PER_REFRESH:
+            return key_id not in self.ids
+        self._misses += 1
+        return False
+
+    def _read_ids(self) -> None:
+        def read() -> Row:
+            with self.database.begin() as connection:
+                return connection.execute(KEY_IDS).one()
+
+        row = self.database.through_failover(read)
+        self.ids, self._ids_generation, self._misses = frozenset(row.ids), row.generation, 0
+
     def _refresh(self) -> None:
-        """Poll the generation (writing the last uses due); re-read the keys held when it moved."""
-        with self._refreshing:
+        """Poll the generation (writing the last uses due); re-read the keys held when it moved.
+
+        :raise NoDatabaseInTime: another request's refresh held the database longer than its
+            timeout, or failed less than :data:`REFRESH_SECONDS` ago (a 503, as the failure was).
+        """
+        if not self._refreshing.acquire(timeout=self.database.timeout):
+            raise NoDatabaseInTime("the keys' refresh waited on the database longer than its timeout")
+        try:
             started, touch = self.clock(), sorted(self._touch)
             if started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
-            if not self._keys:  # nothing held that a change could make stale
+            if started - self._failed < REFRESH_SECONDS:
+                raise NoDatabaseInTime("the keys' last refresh failed a moment ago")
+            if not self._keys and self.ids is None:  # nothing held that a change could make stale
                 self._refreshed = started
                 return
-            generation = self._read(ids=[], touch=touch)[0].generation
-            self._touch.difference_update(touch)
-            if generation != self._generation:
-                self._reload()
+            try:
+                generation = self._read(ids=[], touch=touch)[0].generation
+                self._touch.difference_update(touch)
+                if generation != self._generation:
+                    self._reload()
+                if generation != self._ids_generation:
+                    self._read_ids()
+                self._misses = 0
+            except Exception:
+                self._failed = self.clock()
+                raise
             self._refreshed = started
+        finally:
+            self._refreshing.release()
 
     def _reload(self) -> None:
         """Re-read the keys held, and forget those that matched nothing (a key may have come since).
@@ -245,12 +307,15 @@ class Authenticator:
 
     def _look_up(self, key_id: str) -> Key | None:
         """A key this worker does not hold: read (its last use written), and kept unless the read
-        is older than what the worker holds."""
+        is older than what the worker holds. An id that matches nothing is not kept (the set of
+        ids says so, re-read here when the generation moved): made-up ids never evict a key."""
         rows = self._read(ids=[key_id], touch=[key_id])
         row = rows[0]
-        key = None if row.key_id is None else Key(
-            row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS
-        )
+        if row.generation != self._ids_generation:
+            self._read_ids()
+        if row.key_id is None:
+            return None
+        key = Key(row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS)
         if not self._keys:
             self._generation = row.generation  # all the worker holds is this read's
         if row.generation >= self._generation:

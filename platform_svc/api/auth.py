@@ -9,8 +9,8 @@ replica shares it.
 A request is admitted by :class:`platform_svc.api.admission.Authenticator`,
 from the worker's copy of the keys and tokens it leased from the window, with
 no database round trip of its own in the steady state; a revocation holds in
-every worker within 0.25 s. A key that admits nothing counts against its
-source address, in the worker and with no database (:class:`Strangers`).
+every worker within 0.25 s. A key id that does not exist is refused in the
+worker with no database statement, whatever its source.
 
 Functions that change keys or limits take the session as ``db_session`` and
 never commit.
@@ -27,9 +27,13 @@ from collections.abc import Callable, Sequence
 from flask import Response, g, request
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.engine import Row
+from sqlalchemy.exc import IntegrityError
 
 from platform_svc.api.admission import Authenticator, TooManyRequests, hash_secret
 from platform_svc.models import Account, ApiKey
+from shared.errors import Unauthorized, database_error, problem_from, sqlstate
+
+FOREIGN_KEY_VIOLATION = "23503"
 
 # Keys ------------------------------------------------------------------------------
 
@@ -80,75 +84,31 @@ def set_rate_limit(*, db_session: Connection, account_id: uuid.UUID, limit: int 
 # The request hooks (platform_svc.create_app) -------------------------------------------
 
 
-class Strangers:
-    """Requests with a key that admits nothing (unknown, revoked, malformed), counted per source
-    address in this worker, at no database cost: each source has a bucket of ``burst`` such
-    requests, refilled at ``rate`` a second. Once it is empty, the source's requests with a key
-    this worker has not admitted are refused (429 with Retry-After) before the key is looked up,
-    so a flood of made-up keys costs the database at most ``rate`` lookups a second per source
-    and worker. A key this worker admitted goes on being looked up (a caller behind the same
-    address as a flood keeps working); one that stops admitting is forgotten.
-
-    A refusal is answered after ``hold`` seconds (the Retry-After it carries), as the account
-    limit's is: a flood that ignores Retry-After then gets one answer per connection per
-    second, instead of making the worker spend its CPU refusing it as fast as it can send.
-    """
-
-    def __init__(
-        self, *, rate: float = 20.0, burst: float = 100.0, sources: int = 10_000, hold: float = 1.0,
-        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.rate, self.burst, self.sources, self.hold = rate, burst, sources, hold
-        self.clock, self.sleep = clock, sleep
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (level, when)
-        self._admitted: OrderedDict[str, None] = OrderedDict()  # key ids this worker admitted (bounded)
-
-    def check(self, source: str, key_id: str) -> None:
-        """:raise TooManyRequests: ``source`` sent too many keys that admit nothing, and this is not one
-        this worker has admitted."""
-        if key_id in self._admitted or self._level(source) >= 1:
-            return
-        self.sleep(self.hold)  # holds a greenlet, nothing else
-        raise TooManyRequests(
-            "Too many requests from this address carried an API key that is not valid; try again later.",
-            headers={"Retry-After": str(math.ceil(self.hold))},
-        )
-
-    def refused(self, source: str, key_id: str) -> None:
-        """A request from ``source`` whose key admitted nothing."""
-        self._admitted.pop(key_id, None)
-        self._buckets[source] = (self._level(source) - 1, self.clock())
-        self._buckets.move_to_end(source)
-        if len(self._buckets) > self.sources:
-            self._buckets.popitem(last=False)
-
-    def admitted(self, key_id: str) -> None:
-        self._admitted[key_id] = None
-        self._admitted.move_to_end(key_id)
-        if len(self._admitted) > self.sources:
-            self._admitted.popitem(last=False)
-
-    def _level(self, source: str) -> float:
-        level, when = self._buckets.get(source, (self.burst, self.clock()))
-        return min(self.burst, level + (self.clock() - when) * self.rate)
-
-
-def admit(authenticator: Authenticator, strangers: Strangers, api_key: str) -> uuid.UUID | None:
+def admit(authenticator: Authenticator, api_key: str) -> uuid.UUID | None:
     """The bearer check's ``authenticate``: the key's account (``g.principal``), its admission kept
-    in ``g.admission`` for the answer's headers. A key that admits nothing counts against its
-    source (:class:`Strangers`).
+    in ``g.admission`` for the answer's headers. A key that admits nothing costs no statement
+    (the worker holds the set of key ids) and counts against nobody: not its source, whose other
+    callers go on working, and not the key's owner.
 
-    :raise TooManyRequests: the account's limit, or its source's of keys that admit nothing.
+    :raise TooManyRequests: the account's limit.
     """
-    source, key_id = request.remote_addr or "-", api_key.partition(".")[0]
-    strangers.check(source, key_id)
     admission = authenticator(api_key)
     if admission is None:
-        strangers.refused(source, key_id)
         return None
-    strangers.admitted(key_id)
     g.admission = admission
     return admission.account_id
+
+
+def refused_write(error: IntegrityError) -> Response:
+    """The app's answer to a write the database refused. One refused because its account is gone
+    is a 401: the key was admitted from a worker's copy in the moment before the removal reached
+    it (:data:`platform_svc.api.admission.REFRESH_SECONDS`), and admits nothing any more, as from
+    the next refresh on; never a 500. (A shared statement's refusal has been tried item by item
+    before it gets here: only the removed account's write is refused.) Any other: as usual."""
+    constraint = getattr(getattr(getattr(error, "orig", None), "diag", None), "constraint_name", None) or ""
+    if sqlstate(error) == FOREIGN_KEY_VIOLATION and constraint.endswith("_account_id"):
+        return problem_from(Unauthorized("This API key's account has been removed."))
+    return database_error(error)
 
 
 def rate_limit_headers(response: Response) -> Response:

@@ -5,10 +5,11 @@ a clock the test steps."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from platform_svc.api import admission, auth
 from shared.db import Database
+from shared.errors import database_unavailable
 from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, make_account
 from tests.platform_svc.test_rate_limit import in_one_window, limited_account
 from tooling.testing import StatementCounter, free_port
@@ -33,7 +34,8 @@ def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_da
 
     authenticate, first, steady, admissions = in_one_window(platform_engine, requests)
 
-    assert ["key_changes" in s for s in first] == [True, False] and "rate_windows" in first[1]  # key, then lease
+    # The key ids, the key, then a lease.
+    assert ["key_changes" in s for s in first] == [True, True, False] and "rate_windows" in first[2]
     assert steady == []
     assert [a.remaining for a in admissions[:3]] == [UNREACHED_RATE_LIMIT - n for n in (2, 3, 4)]
 
@@ -45,13 +47,38 @@ def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_da
     assert all("rate_windows" in statement for statement in refreshed if statement not in polls)  # (a new window's lease)
 
 
-def test_a_key_that_matches_nothing_is_looked_up_once(platform_database):
-    authenticate = worker(platform_database)
+class FrozenClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_made_up_key_ids_cost_no_statement_past_a_few_look_ups_a_refresh_period(platform_database):
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=FrozenClock())
+    made_up = [f"{n:016x}.secret" for n in range(50)]
     counter = StatementCounter(platform_database.engine)
     with counter.counting() as sent:
-        assert authenticate("0123456789abcdef.made-up") is None
-        assert authenticate("0123456789abcdef.made-up-again") is None
-    assert len(sent) == 1
+        assert [authenticate(key) for key in made_up] == [None] * 50
+    assert len(sent) == 1 + admission.MISSES_PER_REFRESH  # the set of ids, then this period's look-ups
+
+    for _ in range(2):  # (the first poll also takes the generation of the keys held: none)
+        authenticate.clock.step(admission.REFRESH_SECONDS)
+        with counter.counting() as sent:
+            assert [authenticate(key) for key in made_up] == [None] * 50
+    assert len(sent) == 1 + admission.MISSES_PER_REFRESH  # the poll (nothing changed), and a new period's
+
+
+def test_a_key_issued_after_the_ids_were_read_works_at_its_first_use(platform_database):
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=FrozenClock())
+    assert authenticate("0123456789abcdef.made-up") is None  # the ids read
+    account_id, api_key = make_account(platform_database, "issued since")
+    assert authenticate(api_key).account_id == account_id
+    assert api_key.partition(".")[0] in authenticate.ids  # its look-up saw the generation move
 
 
 def test_a_revocation_a_removal_and_a_new_limit_hold_in_every_worker_within_the_refresh_period(
@@ -122,7 +149,8 @@ def test_once_its_window_is_spent_an_account_is_refused_with_no_statement_until_
     admitted, refusals, sent = in_one_window(platform_engine, flood)
 
     assert admitted.limit == 1 and refusals == [429] * 20
-    assert len(sent) == 3  # the key, the lease of its one token, the lease that came back empty: then nothing
+    # The key ids, the key, the lease of its one token, the lease that came back empty: then nothing.
+    assert len(sent) == 4
     assert len(held) == 20 and all(0 <= seconds <= 1 for seconds in held)  # each answered when the window ends
 
 
@@ -137,8 +165,9 @@ def test_while_the_database_is_away_only_the_refresh_period_is_admitted_then_eve
         authenticate.clock.step(admission.REFRESH_SECONDS)
         with pytest.raises(DBAPIError):  # answered 503 with Retry-After (tests/shared/test_database_errors.py)
             authenticate(api_key)
-        with pytest.raises(DBAPIError):
+        with pytest.raises(SQLAlchemyError) as failed:  # the refresh failed a moment ago: at once
             authenticate("0123456789abcdef.never-seen")
+        assert database_unavailable(failed.value)
     finally:
         away.dispose()
 
