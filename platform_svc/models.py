@@ -202,9 +202,11 @@ class Operator(Base):
 
 
 class ConsoleKey(Base):
-    """The key console session cookies are signed with, made once by the first process that needs it
-    and read by every other (workers and replicas agree without a setting). Deleting the row and
-    restarting the services ends every session."""
+    """The secrets platform_svc's processes share, each made once by the first process that needs it
+    and read by every other (workers and replicas agree without a setting): ``session``, the key
+    console session cookies are signed with (deleting the row and restarting the services ends
+    every session), and ``key_ids``, the one that marks the API key ids it issues
+    (:mod:`platform_svc.api.key_ids`)."""
 
     __tablename__ = "console_keys"
 

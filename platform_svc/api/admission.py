@@ -15,12 +15,15 @@ request rate:
   and the time of one statement. A poll, not ``LISTEN``: PgBouncer in
   transaction mode passes no notification.
 - **the set of every live key id** (:attr:`Authenticator.ids`) is read with the
-  generation and again whenever it moves, so a key id that does not exist is
-  refused with no statement, from one address or thousands: at most
-  :data:`MISSES_PER_REFRESH` ids outside the set are looked up per refresh
-  period and worker (a key issued since the set was read is found by its first
-  look-up, which sees the generation move and re-reads the set). Its memory:
-  about 11 MB a worker at 100,000 keys (docs/decisions/0021).
+  generation and again whenever it moves; and every key id the platform issues
+  carries a mark only it can make (:mod:`platform_svc.api.key_ids`: an HMAC of the id under
+  a secret the processes share). So a made-up key id costs no statement at
+  all, from one address or thousands: outside the set and unmarked, it is no
+  key. A marked id outside the set (a key issued since the set was read) is
+  answered by a refresh that started after it arrived, so a new key works at
+  its first use; those refreshes are made at most every
+  :data:`MISS_REFRESH_SECONDS`, each answering every id that waited for it.
+  The set's memory: about 11 MB a worker at 100,000 keys (docs/decisions/0021).
 - **a key not seen before** is looked up once (and its last use written). A
   wrong secret for a key held is refused in memory: it never evicts the key nor
   refuses its owner.
@@ -61,6 +64,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import TimeoutError as NoDatabaseInTime
 
+from platform_svc.api.key_ids import issued_here, key_id_secret
 from shared.db import Database
 from shared.errors import HttpProblem
 
@@ -69,7 +73,7 @@ REFRESH_SECONDS = 0.25  # how stale a worker's copy of the keys may get: a revoc
 TOUCH_SECONDS = 60  # how stale a key's last_used_at may get
 LEASES_PER_WINDOW = 10  # a lease is limit // this many tokens, at least 1
 KEPT = 10_000  # keys (and accounts' budgets) one worker keeps, least recently used dropped first
-MISSES_PER_REFRESH = 5  # key ids outside the set looked up per refresh period: a new key's first use
+MISS_REFRESH_SECONDS = 0.05  # the refreshes that answer key ids outside the set: at most this often
 
 
 class TooManyRequests(HttpProblem):
@@ -198,8 +202,8 @@ class Authenticator:
         self._touch: set[str] = set()  # keys whose last use is due
         self._refreshing = threading.Lock()
         self.ids: frozenset[str] | None = None  # every live key id (None: not read yet)
+        self._key_id_secret: str | None = None
         self._ids_generation = 0  # of ``ids``
-        self._misses = 0  # ids outside ``ids`` looked up since the last refresh
 
     def __call__(self, api_key: str) -> Admission | None:
         key_id, _, secret = api_key.partition(".")
@@ -229,28 +233,32 @@ class Authenticator:
     # Keys ------------------------------------------------------------------------------
 
     def _unknown(self, key_id: str) -> bool:
-        """Whether ``key_id`` is no live key's, as far as the set of ids tells without a statement.
-
-        An id outside the set is looked up all the same, :data:`MISSES_PER_REFRESH` times per
-        refresh period: a key issued since the set was read works at its first use, and a flood of
-        made-up ids costs at most that many statements a period, however many addresses send it."""
+        """Whether ``key_id`` is no live key's: outside the set of ids and without the platform's
+        mark (no statement), or marked but outside the set as a refresh that started after this
+        request arrived left it (:meth:`_refresh`, ``since``): a key issued a moment ago is found,
+        and the ids that arrive together share one refresh."""
         if self.ids is None:
             self._read_ids()
-        if key_id in self.ids or self._misses >= MISSES_PER_REFRESH:
-            return key_id not in self.ids
-        self._misses += 1
-        return False
+        if key_id in self.ids:
+            return False
+        if not issued_here(self._key_id_secret, key_id):
+            return True
+        self._refresh(since=self.clock())
+        return key_id not in self.ids
 
     def _read_ids(self) -> None:
-        def read() -> Row:
+        def read() -> tuple[Row, str]:
             with self.database.begin() as connection:
-                return connection.execute(KEY_IDS).one()
+                return connection.execute(KEY_IDS).one(), self._key_id_secret or key_id_secret(connection)
 
-        row = self.database.through_failover(read)
-        self.ids, self._ids_generation, self._misses = frozenset(row.ids), row.generation, 0
+        row, self._key_id_secret = self.database.through_failover(read)
+        self.ids, self._ids_generation = frozenset(row.ids), row.generation
 
-    def _refresh(self) -> None:
-        """Poll the generation (writing the last uses due); re-read the keys held when it moved.
+    def _refresh(self, since: float | None = None) -> None:
+        """Poll the generation (writing the last uses due); re-read the keys held, and the ids,
+        when it moved. With ``since``: unless a refresh started at or after that time, one does,
+        no sooner than :data:`MISS_REFRESH_SECONDS` after the last (waiting for it holds a
+        greenlet, and the lock: the requests behind it share what it reads).
 
         :raise NoDatabaseInTime: another request's refresh held the database longer than its
             timeout, or failed less than :data:`REFRESH_SECONDS` ago (a 503, as the failure was).
@@ -258,8 +266,12 @@ class Authenticator:
         if not self._refreshing.acquire(timeout=self.database.timeout):
             raise NoDatabaseInTime("the keys' refresh waited on the database longer than its timeout")
         try:
+            if since is not None:
+                if self._refreshed >= since:
+                    return  # a refresh that started after the request arrived: its answer stands
+                self.sleep(max(0.0, self._refreshed + MISS_REFRESH_SECONDS - self.clock()))
             started, touch = self.clock(), sorted(self._touch)
-            if started - self._refreshed < REFRESH_SECONDS and not touch:
+            if since is None and started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
             if started - self._failed < REFRESH_SECONDS:
                 raise NoDatabaseInTime("the keys' last refresh failed a moment ago")
@@ -273,7 +285,6 @@ class Authenticator:
                     self._reload()
                 if generation != self._ids_generation:
                     self._read_ids()
-                self._misses = 0
             except Exception:
                 self._failed = self.clock()
                 raise
@@ -306,13 +317,11 @@ class Authenticator:
         self._generation = rows[0].generation
 
     def _look_up(self, key_id: str) -> Key | None:
-        """A key this worker does not hold: read (its last use written), and kept unless the read
-        is older than what the worker holds. An id that matches nothing is not kept (the set of
-        ids says so, re-read here when the generation moved): made-up ids never evict a key."""
+        """A key this worker does not hold (its id is in the set): read (its last use written), and
+        kept unless the read is older than what the worker holds. An id that matches nothing (a key
+        revoked since the set was read) is not kept: made-up ids never evict a key."""
         rows = self._read(ids=[key_id], touch=[key_id])
         row = rows[0]
-        if row.generation != self._ids_generation:
-            self._read_ids()
         if row.key_id is None:
             return None
         key = Key(row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS)

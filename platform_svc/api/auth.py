@@ -30,6 +30,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
 from platform_svc.api.admission import Authenticator, TooManyRequests, hash_secret
+from platform_svc.api.key_ids import key_id_secret, new_key_id
 from platform_svc.models import Account, ApiKey
 from shared.errors import Unauthorized, database_error, problem_from, sqlstate
 
@@ -45,7 +46,7 @@ def issue_key(*, db_session: Connection, account_id: uuid.UUID) -> str:
     """
     if db_session.execute(select(Account.id).where(Account.id == account_id)).first() is None:
         raise LookupError(f"no account {account_id}")
-    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    key_id, secret = new_key_id(key_id_secret(db_session)), secrets.token_urlsafe(32)
     db_session.execute(insert(ApiKey).values(key_id=key_id, account_id=account_id, key_hash=hash_secret(secret)))
     return f"{key_id}.{secret}"
 

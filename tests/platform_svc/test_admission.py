@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from platform_svc.api import admission, auth
+from platform_svc.api import admission, auth, key_ids
 from shared.db import Database
 from shared.errors import database_unavailable
 from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, make_account
@@ -34,8 +34,8 @@ def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_da
 
     authenticate, first, steady, admissions = in_one_window(platform_engine, requests)
 
-    # The key ids, the key, then a lease.
-    assert ["key_changes" in s for s in first] == [True, True, False] and "rate_windows" in first[2]
+    # The key ids (and the secret that marks them), the key, then a lease.
+    assert ["key_changes" in s for s in first] == [True, False, True, False] and "rate_windows" in first[3]
     assert steady == []
     assert [a.remaining for a in admissions[:3]] == [UNREACHED_RATE_LIMIT - n for n in (2, 3, 4)]
 
@@ -58,27 +58,40 @@ class FrozenClock:
         self.now += seconds
 
 
-def test_made_up_key_ids_cost_no_statement_past_a_few_look_ups_a_refresh_period(platform_database):
-    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=FrozenClock())
-    made_up = [f"{n:016x}.secret" for n in range(50)]
+def test_made_up_key_ids_cost_no_statement_once_the_ids_are_read(platform_database):
+    clock = FrozenClock()
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=clock.step)
     counter = StatementCounter(platform_database.engine)
-    with counter.counting() as sent:
-        assert [authenticate(key) for key in made_up] == [None] * 50
-    assert len(sent) == 1 + admission.MISSES_PER_REFRESH  # the set of ids, then this period's look-ups
+    with counter.counting() as first:
+        assert authenticate("0123456789abcdef.made-up") is None
+    assert len(first) == 2  # the set of ids and the secret that marks them, once
 
-    for _ in range(2):  # (the first poll also takes the generation of the keys held: none)
-        authenticate.clock.step(admission.REFRESH_SECONDS)
-        with counter.counting() as sent:
-            assert [authenticate(key) for key in made_up] == [None] * 50
-    assert len(sent) == 1 + admission.MISSES_PER_REFRESH  # the poll (nothing changed), and a new period's
+    with counter.counting() as sent:
+        for n in range(500):
+            clock.step(0.001)  # arriving one after the other
+            assert authenticate(f"{n:016x}.secret") is None
+            assert authenticate(f"{n:016x}{n:08x}.secret") is None  # an id with a mark this platform did not make
+    # 1,000 requests over 0.5 s: only the poll every refresh period (REFRESH_SECONDS), whatever the rate.
+    assert len(sent) <= 0.5 / admission.REFRESH_SECONDS + 1
 
 
 def test_a_key_issued_after_the_ids_were_read_works_at_its_first_use(platform_database):
-    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=FrozenClock())
+    clock = FrozenClock()
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=clock.step)
     assert authenticate("0123456789abcdef.made-up") is None  # the ids read
     account_id, api_key = make_account(platform_database, "issued since")
+    clock.step(0.001)  # it arrives after the ids were read
     assert authenticate(api_key).account_id == account_id
-    assert api_key.partition(".")[0] in authenticate.ids  # its look-up saw the generation move
+    assert api_key.partition(".")[0] in authenticate.ids  # a refresh saw the generation move
+
+
+def test_key_ids_carry_a_mark_only_the_platform_makes():
+    secret = "the platform's"
+    key_id = key_ids.new_key_id(secret)
+    assert len(key_id) == 24 and key_ids.issued_here(secret, key_id)
+    assert not key_ids.issued_here("another", key_id)
+    assert not key_ids.issued_here(secret, key_id[:16] + "00000000")
+    assert not key_ids.issued_here(secret, key_id[:16])  # an id issued before the mark: in the set, or nothing
 
 
 def test_a_revocation_a_removal_and_a_new_limit_hold_in_every_worker_within_the_refresh_period(
@@ -149,8 +162,9 @@ def test_once_its_window_is_spent_an_account_is_refused_with_no_statement_until_
     admitted, refusals, sent = in_one_window(platform_engine, flood)
 
     assert admitted.limit == 1 and refusals == [429] * 20
-    # The key ids, the key, the lease of its one token, the lease that came back empty: then nothing.
-    assert len(sent) == 4
+    # The key ids and their secret, the key, the lease of its one token, the lease that came back
+    # empty: then nothing.
+    assert len(sent) == 5
     assert len(held) == 20 and all(0 <= seconds <= 1 for seconds in held)  # each answered when the window ends
 
 
