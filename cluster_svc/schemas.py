@@ -7,7 +7,7 @@ from typing import Any
 from marshmallow import fields, utils, validate
 
 from shared.api import MAX_BATCH_ITEMS
-from shared.declaration import Declaration
+from shared.declaration import HIGHEST_GENERATION, Declaration
 from shared.registry import Resource
 from shared.schemas import (
     InputSchema,
@@ -19,7 +19,7 @@ from shared.schemas import (
     page_schema,
 )
 
-GENERATION = validate.Range(min=1, max=2**31 - 1)
+GENERATION = validate.Range(min=1, max=HIGHEST_GENERATION)
 CALLERS_ID = {"description": "Chosen by the caller; the idempotency key"}
 
 

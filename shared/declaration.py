@@ -25,6 +25,13 @@ from marshmallow import fields, validate
 from shared.config import ConfigError
 
 
+# The highest generation an object can have, on either side: PostgreSQL's integer, each service's
+# generation column. cluster_svc refuses one above it (422 naming the field); the platform never
+# counts past it: a PATCH of an object there is refused (409 generation_exhausted), and a copy
+# downstream at it cannot be pushed past, so its row fails, with that reason.
+HIGHEST_GENERATION = 2**31 - 1
+
+
 class DeclarationMismatch(ConfigError):
     """A model and its resource's declaration disagree: the service must not start."""
 

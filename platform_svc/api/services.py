@@ -25,6 +25,7 @@ from platform_svc.models import Account
 from platform_svc.push.recording import fail_waiting_descendants
 from platform_svc.states import SyncState
 from shared.clock import ClockWatch
+from shared.declaration import HIGHEST_GENERATION
 from shared.errors import Gone, HttpProblem, IdConflict
 from shared.horizon import Horizon, uuid7_millis
 from shared.idempotent import CreateOutcome, CreateResult, create_or_return, create_or_return_many
@@ -83,6 +84,12 @@ class InvalidIdempotencyKey(HttpProblem):
 
 class IdempotencyKeyReused(HttpProblem):
     status, code = 422, "idempotency_key_reused"
+
+
+class GenerationExhausted(HttpProblem):
+    """A PATCH of an object already at the highest generation: no later one could be pushed."""
+
+    status, code = 409, "generation_exhausted"
 
 
 def check_idempotency_key(header: str | None, environ: Mapping[str, Any] | None = None) -> str | None:
@@ -279,20 +286,29 @@ def update_object(
     """Apply ``changes`` and bump the generation, so the change is pushed down.
 
     :raise NotFound, Gone, IdExpired:
+    :raise GenerationExhausted: the object is at :data:`HIGHEST_GENERATION` (nothing is changed).
     """
     table = resource.table
-    get_object(
+    current = get_object(
         db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, horizon=horizon, **scope
     )
+    if current["generation"] >= HIGHEST_GENERATION:
+        raise GenerationExhausted(
+            f"{resource.describe(object_id)} is at generation {current['generation']}, the highest there is:"
+            " it cannot be changed any more. Create a new one."
+        )
     stmt = (
         update(table)
-        .where(table.c.id == object_id, table.c.deleted_at.is_(None))
+        .where(table.c.id == object_id, table.c.deleted_at.is_(None), table.c.generation < HIGHEST_GENERATION)
         .values(**changes, generation=table.c.generation + 1, updated_at=func.now())
         .returning(*table.c)
     )
     row = db_session.execute(stmt).mappings().first()
-    if row is None:  # deleted between the two statements
-        raise Gone(f"{resource.describe(object_id)} was deleted.")
+    if row is None:  # deleted (or moved to the highest generation) between the two statements
+        return update_object(
+            db_session=db_session, resource=resource, account_id=account_id, object_id=object_id, changes=changes,
+            horizon=horizon, **scope,
+        )
     return row
 
 

@@ -232,6 +232,8 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.arguments(schemas["patch"](partial=True))
         @blp.response(200, schemas["out"])
         @blp.problem(404, f"No such {words} in your account")
+        @blp.problem(409, "The object is at the highest generation there is (generation_exhausted): it cannot be"
+                     " changed any more")
         @blp.problem(410, EXPIRED_OR_GONE)
         @documented(f"Change a {words}'s {mutable}; bumps the generation and pushes it down.")
         def patch(self, changes, **path_ids):

@@ -68,6 +68,7 @@ from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.counters import REPAIR_FINDINGS, count_repair
 from shared.db import Database
+from shared.declaration import HIGHEST_GENERATION
 from shared.horizon import Horizon
 from shared.registry import Resource
 
@@ -242,6 +243,12 @@ def _past_theirs(resource: Resource, row: RowMapping, finding: str, theirs: dict
                 "sync_error": f"diverged: cluster_svc holds another {', '.join(fixed)} at generation {generation};"
                 " no update can change it, so a person decides",
             }
+    if generation >= HIGHEST_GENERATION:  # set by hand (the internal token): nothing counts past it
+        return {
+            "sync_failed_at": func.now(),
+            "sync_error": f"{finding}: cluster_svc holds generation {generation}, the highest a generation can be;"
+            " the platform cannot push past it, so a person decides",
+        }
     why = (
         f"cluster_svc was ahead (generation {generation})" if finding == "ahead"
         else f"cluster_svc held other fields at generation {generation}"

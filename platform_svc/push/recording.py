@@ -50,6 +50,7 @@ from sqlalchemy.engine import RowMapping
 from platform_svc.push import content
 from platform_svc.states import SyncState
 from shared.client import Answer, Outcome
+from shared.declaration import HIGHEST_GENERATION
 from shared.registry import Resource
 
 if TYPE_CHECKING:
@@ -141,6 +142,11 @@ def _judged_copy(resource: Resource, row: RowMapping, answer: Answer, retry: Ret
     if generation > row["generation"] or (
         generation == row["generation"] and content.mutable_differing(resource, row, theirs)
     ):
+        if generation >= HIGHEST_GENERATION:  # set by hand (the internal token): nothing counts past it
+            return Change(REFUSED, reason=(
+                f"ahead: cluster_svc holds generation {generation}, the highest a generation can be, with fields"
+                " this push did not set; the platform cannot push past it, so a person decides"
+            ))
         reason = (
             f"ahead: cluster_svc holds generation {generation} with fields this push did not set;"
             f" pushing the platform's fields again at generation {max(row['generation'], generation + 1)}"

@@ -13,12 +13,14 @@ from platform_svc.push.recording import (
     CONFIRMED,
     DELETE_CONFIRMED,
     DUE_NOW,
+    REFUSED,
     REFUSED_UNLESS_DELETED,
     RETRY_LATER,
     change_for,
 )
 from platform_svc.push.schedule import RetryPolicy
 from shared.client import Answer, Operation, Outcome
+from shared.declaration import HIGHEST_GENERATION
 
 CLUSTER, RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 ACCOUNT, CLUSTER_ID, RULE_ID = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
@@ -80,6 +82,14 @@ def test_a_copy_that_is_not_this_object_fails_the_row_naming_what_differs(resour
 def test_a_copy_ahead_or_with_other_mutable_fields_confirms_nothing(theirs):
     change = judged(CLUSTER, copy(CLUSTER, **theirs))
     assert change.kind == AHEAD
+
+
+def test_a_copy_at_the_highest_generation_fails_the_row_instead_of_overflowing_it():
+    """A generation set by hand downstream to the integer's limit: moving past it would overflow the
+    platform's column (a 500 on the next PATCH, then a traceback at every push, the row stalled)."""
+    change = judged(CLUSTER, copy(CLUSTER, generation=HIGHEST_GENERATION))
+    assert change.kind == REFUSED and "highest" in change.reason
+    assert judged(CLUSTER, copy(CLUSTER, generation=HIGHEST_GENERATION - 1)).kind == AHEAD  # can still be passed
 
 
 @pytest.mark.parametrize(

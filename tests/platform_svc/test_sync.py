@@ -25,6 +25,7 @@ from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
 from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
 from shared.client import Answer, InternalClient, Outcome
+from shared.declaration import HIGHEST_GENERATION
 from tests.helpers import cluster_body, rule_body
 from tooling.pair import TOKEN
 from tooling.testing import assert_problem, db_row
@@ -556,3 +557,39 @@ def test_a_failed_probe_after_a_failed_push_is_an_outage_and_the_next_served_pus
 
     assert re.search(r"cluster_svc answers again: [1-9][0-9]* rows waiting on a backoff are due now", caplog.text)
     assert due_now(platform_engine, "clusters", object_id)
+
+
+def put_downstream(cluster_svc, created: dict, generation: int) -> None:
+    """What anyone holding the internal token can do: cluster_svc's copy moved to ``generation``."""
+    body = {k: created[k] for k in ("name", "plan", "storage_gb")} | {"generation": generation}
+    answer = requests.put(f"{cluster_svc.url}/v1/clusters/{created['id']}", json=body,
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_copy_moved_near_the_integer_limit_is_followed_to_it_and_then_a_patch_is_409_never_500(
+    client, cluster_svc, platform_engine
+):
+    created = client.post("/v1/clusters", json=cluster_body()).get_json()
+    put_downstream(cluster_svc, created, HIGHEST_GENERATION - 1)
+
+    first = client.patch(f"/v1/clusters/{created['id']}", json={"name": "renamed"})
+    assert first.status_code == 200
+    assert db_row(platform_engine, "clusters", created["id"])["generation"] == HIGHEST_GENERATION  # past theirs
+
+    second = client.patch(f"/v1/clusters/{created['id']}", json={"name": "again"})
+    assert_problem(second, 409, "generation_exhausted")
+    assert db_row(platform_engine, "clusters", created["id"])["name"] == "renamed"  # nothing changed
+
+
+def test_a_copy_moved_to_the_integer_limit_fails_the_row_with_that_reason_never_stalls_it(
+    client, cluster_svc, platform_engine
+):
+    created = client.post("/v1/clusters", json=cluster_body()).get_json()
+    put_downstream(cluster_svc, created, HIGHEST_GENERATION)
+
+    answer = client.patch(f"/v1/clusters/{created['id']}", json={"name": "renamed"})
+
+    assert answer.status_code == 200 and answer.get_json()["sync_state"] == "failed"
+    stored = db_row(platform_engine, "clusters", created["id"])
+    assert stored["generation"] == 2 and "highest" in stored["sync_error"]
