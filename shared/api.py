@@ -38,6 +38,7 @@ from shared.errors import (
 from shared.observability import PUBLIC_ENDPOINTS, SELF_AUTHENTICATED_ENDPOINTS, register_observability
 from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
+from shared.source import TrustedProxies, trusted_proxies
 
 SWAGGER_UI_FILES = "docs/swagger-ui"
 
@@ -231,6 +232,9 @@ def create_service_app(
     """
     app = ServiceFlask(name)
     configure(app, title=title, testing=testing)
+    proxies = trusted_proxies()
+    if proxies:  # the client a trusted balancer names is the request's source (shared.source)
+        app.wsgi_app = TrustedProxies(app.wsgi_app, proxies)  # type: ignore[method-assign]
     app.config["BROWSER_BLUEPRINTS"] = frozenset(browser_blueprints)
     database.init_app(app)
     register_error_handlers(app)

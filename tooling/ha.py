@@ -58,6 +58,7 @@ SERVICE_WORKERS = 1  # gunicorn workers per replica: 4 replicas share 2 cores he
 # How long a request waits for its database before answering 503: a failover (a dead
 # leader's key expires after the TTL, then a standby is promoted) and 10 s more.
 DATABASE_WAIT = PATRONI_TTL + 10
+PROXY_SOURCE = "127.0.0.2"  # HAProxy's address toward the replicas: the one proxy they trust
 
 
 @dataclass
@@ -311,6 +312,9 @@ class Topology:
             # client retries with its Idempotency-Key. A new connection to the replica for
             # each request (http-server-close): a kept-alive one that gunicorn closes just as
             # a request is sent on it would make HAProxy drop the client's connection unanswered.
+            # It names the client in X-Forwarded-For, and reaches the replicas from an address
+            # of its own (PROXY_SOURCE), the one their TRUSTED_PROXIES believes: a client that
+            # calls a replica directly, header and all, is not believed (shared.source).
             lines += [
                 f"listen {name}",
                 "    mode http",
@@ -318,6 +322,8 @@ class Topology:
                 "    balance roundrobin",
                 "    option httplog",
                 "    option http-server-close",
+                "    option forwardfor",
+                f"    source {PROXY_SOURCE}",
                 "    option httpchk",
                 "    http-check send meth GET uri /healthz",
                 "    http-check expect status 200",
@@ -350,6 +356,7 @@ class Topology:
             "CLUSTER_SVC_URL": self.internal_url,
             "INTERNAL_TOKEN": self.token,
             "DATABASE_WAIT_SECONDS": str(DATABASE_WAIT),
+            "TRUSTED_PROXIES": PROXY_SOURCE,
             "TMPDIR": str(self.workdir / "tmp"),
             **self.env,
         }

@@ -9,7 +9,9 @@ Each prints its figures (the table in docs/scale-out.md comes from these lines).
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -18,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import requests
 
 from bench.load import Load
 from tooling.ha import PATRONI_TTL, Topology, alive, wait_for
@@ -67,6 +70,46 @@ def wait_synced(pair, timeout: float = 120) -> float:
     started = time.monotonic()
     wait_for(pair.all_synced, timeout=timeout, what="every row synced", poll=0.25)
     return time.monotonic() - started
+
+
+class FromAddress(requests.adapters.HTTPAdapter):
+    """A browser on a loopback address of its own (each caller a source of its own)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, source_address=(self.address, 0), **kwargs)
+
+
+def console_login(base_url: str, address: str, operator: str, secret: str, headers: dict | None = None) -> int:
+    """A browser at ``address`` logging in to the console at ``base_url``: the login's status."""
+    with requests.Session() as browser:
+        browser.mount("http://", FromAddress(address))
+        form = browser.get(f"{base_url}/console/login", headers=headers, timeout=10)
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)
+        answer = browser.post(f"{base_url}/console/login", data={"operator": operator, "secret": secret, "csrf_token": csrf},
+                              headers=headers, allow_redirects=False, timeout=10)
+        return answer.status_code
+
+
+def test_behind_haproxy_each_caller_is_its_own_source_and_a_header_sent_past_it_is_not_believed(ha):
+    """HAProxy names the client (X-Forwarded-For) from the one address the replicas trust: a guesser
+    locks out only itself, never the operator behind the same balancer; and a client that calls a
+    replica directly, naming someone else, is counted as itself."""
+    pair = ha.pair()
+    operator = json.loads(pair.cli("create-operator", "scale-behind-haproxy", "--json").stdout)
+    name, secret = operator["operator"], operator["secret"]
+    guesses = [console_login(ha.public_url, "127.0.0.11", name, f"guess-{n}") for n in range(6)]
+    assert guesses == [401] * 5 + [429]
+    assert console_login(ha.public_url, "127.0.0.12", name, secret) == 302  # through the same HAProxy
+
+    replica = f"http://127.0.0.1:{ha.platform_ports[0]}"
+    forged = [console_login(replica, "127.0.0.13", name, f"forged-{n}", headers={"X-Forwarded-For": "127.0.0.12"})
+              for n in range(6)]
+    assert forged == [401] * 5 + [429]  # counted under 127.0.0.13, its own address...
+    assert console_login(ha.public_url, "127.0.0.12", name, secret) == 302  # ...never the address it named
 
 
 def test_a_killed_replica_of_each_service_is_routed_around_and_restarted(ha):
