@@ -74,9 +74,11 @@ def login():
     failed, wait = False, 0
     if request.method == "POST":
         name, secret = request.form.get("operator", "").strip(), request.form.get("secret", "")
-        counted = throttle.keys(name, request.remote_addr or "-")
+        signing_key = current_app.session_interface.key()
+        device = throttle.device_of(signing_key, request.cookies.get(throttle.DEVICE_COOKIE), name)
+        counted = throttle.keys(name, request.remote_addr or "-", device)
         with console().database.begin() as db_session:
-            wait = throttle.locked_for(db_session, counted)
+            wait = throttle.take(db_session, counted)  # concurrent attempts on these keys queue here
             operator_id = None
             if not wait and name:
                 operator_id = auth.check_secret(db_session=db_session, name=name, secret=secret)
@@ -87,7 +89,14 @@ def login():
                 locked = throttle.refused(db_session, counted)
         if operator_id is not None:
             log.info("console: %s logged in", name)
-            return redirect(auth.safe_next(request.args.get("next")))
+            answer = redirect(auth.safe_next(request.args.get("next")))
+            if device is None:  # this browser's logins count apart from now on
+                answer.set_cookie(
+                    throttle.DEVICE_COOKIE, throttle.device_cookie(signing_key, name),
+                    max_age=throttle.DEVICE_COOKIE_DAYS * 86400, path="/console/login", secure=request.is_secure,
+                    httponly=True, samesite="Strict",
+                )
+            return answer
         if not wait:  # one line per lockout, never one per guess, and never what was typed
             for key, failures, seconds in locked:
                 log.warning("console: logins locked for %d s after %d refused in a row (%s)", seconds, failures, key)

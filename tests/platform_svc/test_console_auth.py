@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from sqlalchemy import event, func, text
 
 from platform_svc.cli import main
-from platform_svc.console import reads
+from platform_svc.console import auth, reads, throttle
 from platform_svc.console.auth import create_operator
 from platform_svc.models import RESOURCES
 from tests.helpers import cluster_body
@@ -299,27 +300,93 @@ def test_login_with_a_newline_in_next_goes_to_the_overview(app, operator):
     assert "X-Evil" not in answer.headers
 
 
-def test_guessing_is_locked_out_per_name_briefly_and_logged_once_without_what_was_typed(
+def guessing(app, operator):
+    """A browser at the login form, and the form's fields for ``operator``'s name."""
+    browser = app.test_client()
+    return browser, {"operator": operator[0], "csrf_token": csrf_of(browser.get("/console/login").data)}
+
+
+def test_a_guesser_from_one_address_is_locked_out_there_and_logged_once_without_what_was_typed(
     app, platform_engine, operator, caplog
 ):
-    browser = app.test_client()
-    guess = {"operator": operator[0], "csrf_token": csrf_of(browser.get("/console/login").data)}
+    browser, guess = guessing(app, operator)
     source = {"REMOTE_ADDR": "192.0.2.91"}  # a test-only address: its own count
     statuses = [browser.post("/console/login", data={**guess, "secret": f"guess-{n}"}, environ_base=source).status_code
                 for n in range(6)]
 
     assert statuses == [401] * 5 + [429]
     locked = browser.post("/console/login", data={**guess, "secret": operator[1]}, environ_base=source)
-    assert locked.status_code == 429 and int(locked.headers["Retry-After"]) <= 60  # even the right secret waits
+    assert locked.status_code == 429 and int(locked.headers["Retry-After"]) <= 30  # even the right secret waits there
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("platform_svc.console")]
-    assert len([line for line in lines if "locked" in line]) == 2 and not any("refused" in line and "locked" not in line
-                                                                              for line in lines)  # name and source
+    assert len([line for line in lines if "locked" in line]) == 1 and not any("refused" in line and "locked" not in line
+                                                                              for line in lines)  # the pair's
     assert not any(operator[0] in line or "guess-" in line for line in lines)
+    elsewhere = guessing(app, operator)  # the operator at another address: the name's brake is not reached
+    assert elsewhere[0].post("/console/login", data={**elsewhere[1], "secret": operator[1]},
+                             environ_base={"REMOTE_ADDR": "192.0.2.92"}).status_code == 302
 
     with platform_engine.begin() as conn:  # the lockout's time passes
-        conn.execute(text("UPDATE console_login_failures SET locked_until = now() WHERE key LIKE 'name:%'"
-                          " OR key = 'source:192.0.2.91'"))
+        conn.execute(text("UPDATE console_login_failures SET locked_until = now() WHERE key LIKE 'pair:%'"))
     assert browser.post("/console/login", data={**guess, "secret": operator[1]}, environ_base=source).status_code == 302
+
+
+def test_guessing_a_name_from_many_addresses_never_keeps_out_an_operator_whose_browser_logged_in_before(
+    app, operator
+):
+    known, _ = logged_in(app, operator)  # this browser now carries a device cookie for the name
+    for n in range(30):  # one guess from each of 30 addresses: the name's brake locks it
+        browser, guess = guessing(app, operator)
+        browser.post("/console/login", data={**guess, "secret": f"guess-{n}"}, environ_base={"REMOTE_ADDR": f"198.51.100.{n + 1}"})
+
+    stranger, guess = guessing(app, operator)  # the right secret from a new browser and address waits...
+    refused = stranger.post("/console/login", data={**guess, "secret": operator[1]}, environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) <= 60
+    page = known.get("/console/login")  # ...the browser that logged in before is let in at once
+    answer = known.post("/console/login", data={"operator": operator[0], "secret": operator[1], "csrf_token": csrf_of(page.data)},
+                        environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert answer.status_code == 302
+
+
+def test_a_device_cookie_forged_or_made_for_another_name_counts_for_nothing(app, operator):
+    signing_key = app.session_interface.key()
+    assert throttle.device_of(signing_key, throttle.device_cookie(signing_key, operator[0]), operator[0])
+    assert throttle.device_of(signing_key, throttle.device_cookie(signing_key, "someone-else"), operator[0]) is None
+    assert throttle.device_of(signing_key, throttle.device_cookie("another key", operator[0]), operator[0]) is None
+    assert throttle.device_of(signing_key, "garbage", operator[0]) is None
+
+
+def test_a_shared_address_is_held_back_for_at_most_a_minute_by_others_mistakes(app, platform_engine, operator):
+    source = {"REMOTE_ADDR": "192.0.2.93"}
+    for n in range(throttle.LIMITS["source"].failures + 5):  # many people's typos, many names
+        browser, guess = guessing(app, ("someone-" + str(n), ""))
+        browser.post("/console/login", data={**guess, "secret": "typo"}, environ_base=source)
+    with platform_engine.connect() as conn:
+        longest = conn.execute(text(
+            "SELECT max(extract(epoch FROM locked_until - now())) FROM console_login_failures WHERE key = 'source:192.0.2.93'"
+        )).scalar()
+    assert 0 < longest <= 60
+
+
+def test_concurrent_guesses_check_at_most_five_secrets_before_the_lockout(app, operator, monkeypatch):
+    checked = []
+    check = auth.check_secret
+
+    def counted(**kwargs):
+        checked.append(1)
+        return check(**kwargs)
+
+    monkeypatch.setattr(auth, "check_secret", counted)
+    source = {"REMOTE_ADDR": "192.0.2.94"}
+
+    def guess(n: int) -> int:
+        browser, fields = guessing(app, operator)
+        return browser.post("/console/login", data={**fields, "secret": f"guess-{n}"}, environ_base=source).status_code
+
+    with ThreadPoolExecutor(20) as pool:
+        statuses = list(pool.map(guess, range(60)))
+
+    assert len(checked) == throttle.LIMITS["pair"].failures
+    assert sorted(set(statuses)) == [401, 429] and statuses.count(401) == len(checked)
 
 
 def test_console_without_its_slash_unknown_console_pages_and_the_icon_are_the_consoles(app, operator):
