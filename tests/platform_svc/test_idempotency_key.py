@@ -171,3 +171,19 @@ def test_rules_honour_the_key_too(client, cluster, account, platform_engine):
     assert replay.get_json()["id"] == first.get_json()["id"]
     assert_problem(other, 422, "idempotency_key_reused")
     assert len(rows_with_key(platform_engine, "firewall_rules", account[0], key)) == 1
+
+
+def test_a_key_is_scoped_to_the_account_and_the_kind_of_object_as_the_docs_say(client, cluster):
+    """docs/design.md and the OpenAPI description: the same key on clusters and on firewall rules
+    makes one of each, and each replays its own."""
+    rules = f"/v1/clusters/{cluster['id']}/firewall-rules"
+    key = "one-key-two-kinds"
+    made = [client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}),
+            client.post(rules, json=rule_body(), headers={"Idempotency-Key": key})]
+    replays = [client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}),
+               client.post(rules, json=rule_body(), headers={"Idempotency-Key": key})]
+
+    assert [answer.status_code for answer in made] == [201, 201]
+    assert [answer.status_code for answer in replays] == [200, 200]
+    assert [a.get_json()["id"] for a in replays] == [a.get_json()["id"] for a in made]
+    assert "the kind of object" in client.get("/openapi.json").get_data(as_text=True)
