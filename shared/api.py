@@ -18,14 +18,14 @@ from urllib.parse import parse_qsl
 
 import flask_smorest
 import marshmallow as ma
-from flask import Flask, Response, current_app, g, request, send_from_directory
+from flask import Flask, Response, current_app, g, request
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES  # noqa: F401 (the views read them here too)
-from swagger_ui_bundle import swagger_ui_path
 from webargs.flaskparser import FlaskParser
-from werkzeug.exceptions import NotFound, RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
+from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity, UnsupportedMediaType
 from werkzeug.routing import BaseConverter, RequestRedirect
 
 from shared.clock import ClockWatch
+from shared.apidocs import SWAGGER_UI_FILES, register_docs_page
 from shared.db import Database
 from shared.errors import (
     PROBLEM_JSON,
@@ -40,7 +40,6 @@ from shared.openapi import ContractPlugin, SchemaPlugin, headers_for
 from shared.schemas import ProblemSchema
 from shared.source import TrustedProxies, trusted_proxies
 
-SWAGGER_UI_FILES = "docs/swagger-ui"
 
 # Routes the bearer check leaves alone: health checks, /metrics (which checks
 # the internal token itself) and the API documentation.
@@ -258,24 +257,8 @@ def create_service_app(
     app.before_request(require_json_body)
     app.url_map.converters["object_id"] = ObjectIdConverter
     api.register_converter(ObjectIdConverter, lambda converter: {"type": "string", "format": "uuid"})
-    # Swagger UI's own files, from the installed swagger-ui-bundle: /docs needs no internet.
-    app.add_url_rule(f"/{SWAGGER_UI_FILES}/<path:filename>", "swagger_ui_files", swagger_ui_file)
+    register_docs_page(app)
     return app, api
-
-
-# The files /docs loads (flask-smorest's page), and no others: the bundle's own
-# index.html and swagger-initializer.js would point a browser at another host.
-SWAGGER_UI_SERVED = frozenset(
-    {"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "favicon-32x32.png",
-     "favicon-16x16.png"}
-)
-
-
-def swagger_ui_file(filename: str) -> Response:
-    """:raise 404: not a file /docs loads."""
-    if filename not in SWAGGER_UI_SERVED:
-        raise NotFound()
-    return send_from_directory(swagger_ui_path, filename, max_age=3600)
 
 
 def configure(app: Flask, *, title: str, testing: bool) -> None:

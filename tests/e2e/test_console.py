@@ -425,3 +425,12 @@ def test_logging_out_in_the_browser_ends_the_session_a_copied_cookie_with_it(log
     replayed = requests.get(f"{pair.platform_svc.url}/console/", cookies={"console_session": copied},
                             allow_redirects=False)
     assert replayed.status_code == 302 and replayed.headers["Location"].startswith("/console/login")
+
+
+def test_the_api_docs_render_under_their_content_security_policy(browser):
+    """/docs shares the console's origin, so it runs only its own files and its one inline script
+    (shared.apidocs): Swagger UI still draws every operation in a real browser."""
+    browser.open("/docs")
+    wait_for(lambda: browser.driver.find_elements(By.CSS_SELECTOR, ".opblock"), timeout=30, what="the operations drawn")
+    browser.screenshot("api-docs")
+    assert "platform_svc" in browser.text() and "/v1/clusters" in browser.text()

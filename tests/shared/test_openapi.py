@@ -9,6 +9,8 @@ from the code.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 
@@ -169,6 +171,17 @@ def test_docs_load_swagger_ui_from_the_service_itself(app):
         assert answer.status_code == 200, asset
         assert len(answer.get_data()) > 1000
         answer.close()
+
+
+def test_the_docs_page_runs_only_its_own_scripts_and_cannot_be_framed(app):
+    page = app.test_client().get("/docs")
+    policy = page.headers["Content-Security-Policy"]
+    inline = re.search(r"<script>(.*?)</script>", page.get_data(as_text=True), re.DOTALL).group(1)
+    digest = base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode()
+
+    assert f"script-src 'self' 'sha256-{digest}';" in policy and "unsafe-inline' ; " not in policy
+    assert "'unsafe-eval'" not in policy and "frame-ancestors 'none'" in policy and "default-src 'none'" in policy
+    assert page.headers["X-Frame-Options"] == "DENY"
 
 
 def texts(node, key=None):
