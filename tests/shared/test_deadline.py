@@ -1,0 +1,67 @@
+"""Every wait on the database has a deadline (shared.deadline), proven on a real PostgreSQL that
+hangs (SIGSTOP), not a mock: a hung server answers nothing and closes nothing."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from shared import deadline
+from shared.db import Database
+from shared.errors import database_unavailable
+from tooling import embedded_pg
+from tooling.testing import frozen_postgres, own_postgres
+
+
+@pytest.fixture(scope="module")
+def hung_pg():
+    with own_postgres("pgd") as server:
+        yield server
+
+
+def test_a_statement_a_connect_and_a_pool_wait_on_a_hung_database_each_end_within_the_bound(hung_pg):
+    database = Database(embedded_pg.admin_url(hung_pg), pool_size=1, timeout=0.5)
+    try:
+        with database.engine.connect() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+            with frozen_postgres(hung_pg):
+                started = time.monotonic()
+                with pytest.raises(OperationalError) as stalled:
+                    conn.execute(text("SELECT 2"))
+                assert time.monotonic() - started < 1.5
+                assert isinstance(stalled.value.orig, deadline.DatabaseStalled) and database_unavailable(stalled.value)
+        with frozen_postgres(hung_pg):
+            started = time.monotonic()
+            with pytest.raises(OperationalError), database.engine.connect() as conn:  # a new connection: no answer
+                conn.execute(text("SELECT 3"))
+            assert time.monotonic() - started < 1.5
+        with database.engine.connect() as conn:  # thawed: a fresh connection, at once
+            assert conn.execute(text("SELECT 4")).scalar() == 4
+    finally:
+        database.dispose()
+
+
+def test_the_server_is_told_a_little_less_for_a_statement_and_half_for_a_lock(hung_pg):
+    database = Database(embedded_pg.admin_url(hung_pg), pool_size=1, timeout=2.0)
+    try:
+        with database.engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar() == "1800ms"
+            assert conn.execute(text("SHOW lock_timeout")).scalar() == "1s"
+            with pytest.raises(OperationalError) as cancelled:  # merely slow: ended by the server, cleanly
+                conn.execute(text("SELECT pg_sleep(5)"))
+            assert "statement timeout" in str(cancelled.value) and database_unavailable(cancelled.value)
+    finally:
+        database.dispose()
+
+
+def test_patience_gives_named_work_a_longer_bound_and_other_engines_none():
+    bounded = deadline.bounded_connection(2.0)
+    connection = bounded.__new__(bounded)  # the class carries the bound: no server needed
+    assert deadline.bound_of(connection) == 2.0
+    with deadline.patience(600):
+        assert deadline.bound_of(connection) == 600
+    with deadline.patience(None):
+        assert deadline.bound_of(connection) is None
+    assert deadline.bound_of(object()) is None  # an engine of a test's own, or Alembic's
