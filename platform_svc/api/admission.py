@@ -217,7 +217,7 @@ class Authenticator:
             if self.clock() >= held.touch_due:  # its last use is written by the refresh below
                 held.touch_due = self.clock() + TOUCH_SECONDS
                 self._touch.add(key_id)
-        if self._touch or self.clock() - self._refreshed >= REFRESH_SECONDS:
+        if self._touch or not 0 <= self.clock() - self._refreshed < REFRESH_SECONDS:  # (a clock set back: due)
             self._refresh()
         if key_id in self._keys:  # as the refresh left it: a revoked key is None now
             self._keys.move_to_end(key_id)
@@ -267,11 +267,11 @@ class Authenticator:
             raise NoDatabaseInTime("the keys' refresh waited on the database longer than its timeout")
         try:
             if since is not None:
-                if self._refreshed >= since:
+                if since <= self._refreshed <= self.clock():
                     return  # a refresh that started after the request arrived: its answer stands
-                self.sleep(max(0.0, self._refreshed + MISS_REFRESH_SECONDS - self.clock()))
+                self.sleep(min(MISS_REFRESH_SECONDS, max(0.0, self._refreshed + MISS_REFRESH_SECONDS - self.clock())))
             started, touch = self.clock(), sorted(self._touch)
-            if since is None and started - self._refreshed < REFRESH_SECONDS and not touch:
+            if since is None and 0 <= started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
             if started - self._failed < REFRESH_SECONDS:
                 raise NoDatabaseInTime("the keys' last refresh failed a moment ago")

@@ -209,3 +209,15 @@ def test_a_key_another_request_looks_up_while_the_keys_are_re_read_is_admitted(p
     assert not meanwhile
 
     assert authenticate(new_key).account_id == new_account
+
+
+def test_a_clock_set_back_neither_hides_a_new_key_nor_holds_its_request(platform_database):
+    """libfaketime steps a service's monotonic clock back (tests/e2e/test_clocks.py): the last
+    refresh then seems to lie in the future, which must not pass for a refresh after the request."""
+    clock, slept = FrozenClock(), []
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=slept.append)
+    assert authenticate("0123456789abcdef.made-up") is None  # the ids read, and a refresh
+    clock.step(-40 * 86400)
+    account_id, api_key = make_account(platform_database, "after a step back")
+    assert authenticate(api_key).account_id == account_id
+    assert all(seconds <= admission.MISS_REFRESH_SECONDS for seconds in slept)
