@@ -226,7 +226,9 @@ def test_a_refusal_raises_at_once_with_its_problem(make, server, kind, status, b
         make(kind).create("/v1/things", {"id": OBJECT["id"], "name": "main-db"})
 
     assert len(server.requests) == 1
-    assert time.monotonic() - started < 1.0
+    # At once: within one attempt's timeout (2 s), where any retry would wait past it; the wall
+    # time on a machine running the full suite reached 1.07 s, so a tighter bound measured the load.
+    assert time.monotonic() - started < 2.0
     error = raised.value
     assert (error.status, error.problem) == (status, body or {})
     assert error.code == (body or {}).get("code")
