@@ -11,8 +11,9 @@ reading waits that long (:data:`SETTLE`).
 Kinds: a public create (pushed down inline), a public read (the first page of
 the account's clusters), a request refused by the account's limit (429: an
 account limited to 1 a second, flooded with reads; the reads let in are
-taken out at one transaction each), and a request with a key nobody
-holds (401, then 429 once its source's bucket is empty).
+taken out at one transaction each), and a request with a made-up key (401),
+from one address over keep-alive connections and from a thousand loopback
+addresses, a connection each.
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from bench.processes import sql, tree_cpu
 
 BODY = json.dumps({"name": "cost", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2",
                    "storage_gb": 100})
-TARGETS = {"public create": 2, "public read": 1, "refused (limit)": 0, "unknown key": 0}
+TARGETS = {"public create": 2, "public read": 1, "refused (limit)": 0, "unknown key": 0.1,
+           "unknown key, 1,000 addresses": 0.1}
+ADDRESSES = 1000  # the made-up keys' sources: 127.0.1.1 onwards, one connection each
 CPU_TARGET_MS = 0.45  # PostgreSQL CPU per public create
 # A backend reports its transactions to pg_stat_database at most once a second while busy and, once
 # idle, within PGSTAT_IDLE_INTERVAL (10 s): a reading waits that long after the load.
@@ -48,7 +51,7 @@ class Cost:
         target = TARGETS[self.kind]
         verdict = "pass" if self.transactions <= target + 0.05 else "FAIL"
         statuses = ", ".join(f"{status} x{n}" for status, n in sorted(self.statuses.items()))
-        return (f"  {self.kind:<18} {self.transactions:5.2f} transactions (target <= {target}: {verdict}),"
+        return (f"  {self.kind:<28} {self.transactions:5.2f} transactions (target <= {target}: {verdict}),"
                 f" PostgreSQL CPU {self.pg_cpu_ms:.3f} ms per request; {self.requests} sent: {statuses}")
 
 
@@ -80,6 +83,25 @@ def send(url: str, count: int, parallel: int, request) -> Counter:
         return sum(pool.map(one_connection, shares), Counter())
 
 
+def send_from_many(url: str, count: int, parallel: int, request) -> Counter:
+    """``count`` requests, each on a connection of its own from its own loopback address (of
+    :data:`ADDRESSES`), ``parallel`` at a time: a source that is a crowd."""
+    address = urlsplit(url)
+
+    def one(n: int) -> int:
+        source = f"127.0.{1 + (n % ADDRESSES) // 250}.{1 + (n % ADDRESSES) % 250}"
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30, source_address=(source, 0))
+        try:
+            answer = request(connection)
+            answer.read()
+            return answer.status
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return Counter(pool.map(one, range(count)))
+
+
 def measure(platform_url: str, server_url: str, database: str, postmaster: int | None, *,
             api_key: str, limited_key: str, count: int = 300) -> list[Cost]:
     """The four kinds, in turn. ``api_key``'s account must not reach its limit; ``limited_key``'s
@@ -98,13 +120,17 @@ def measure(platform_url: str, server_url: str, database: str, postmaster: int |
         ("public create", call("POST", api_key, BODY), 8),
         ("public read", call("GET", api_key), 8),
         ("refused (limit)", call("GET", limited_key), 50),  # each answered when its window ends
-        ("unknown key", call("POST", lambda: f"{uuid.uuid4().hex[:16]}.{uuid.uuid4().hex}", BODY), 8),
+        ("unknown key", call("POST", made_up, BODY), 8),
+        ("unknown key, 1,000 addresses", call("POST", made_up, BODY), 8),
     ]
     costs = []
     for kind, request, parallel in kinds:
         roots = {"postgres": postmaster} if postmaster else {}
         before, cpu_before = transactions(server_url, database), tree_cpu(roots)
-        statuses = send(platform_url, count, parallel, request)
+        if kind.endswith("addresses"):
+            statuses = send_from_many(platform_url, max(count, ADDRESSES), parallel, request)
+        else:
+            statuses = send(platform_url, count, parallel, request)
         cpu_after, after = tree_cpu(roots), transactions(server_url, database)
         pg_cpu = 1000 * (cpu_after["postgres"] - cpu_before["postgres"]) / count if postmaster else float("nan")
         spent = after - before
@@ -113,8 +139,14 @@ def measure(platform_url: str, server_url: str, database: str, postmaster: int |
             count_refused = max(1, count - statuses[200])
             costs.append(Cost(kind, count, statuses, spent / count_refused, pg_cpu))
             continue
-        costs.append(Cost(kind, count, statuses, spent / count, pg_cpu))
+        sent = sum(statuses.values())
+        costs.append(Cost(kind, sent, statuses, spent / sent, pg_cpu * count / sent))
     return costs
+
+
+def made_up() -> str:
+    """A key id nobody was given (and without the platform's mark), and a secret."""
+    return f"{uuid.uuid4().hex[:16]}.{uuid.uuid4().hex}"
 
 
 def report(costs: list[Cost]) -> str:
