@@ -63,6 +63,20 @@ def with_account(pair: Any, request: Any) -> Any:
     return pair
 
 
+class ManualClock:
+    """A monotonic clock that moves only when told (``step``); pass ``step`` as a ``sleep`` to make
+    a wait move it instead of taking time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class SteppedClock:
     """``time.monotonic()`` plus the steps tests took: it never goes back, so the session's app
     keeps it as its admission clock (a test steps past the refresh period instead of waiting)."""

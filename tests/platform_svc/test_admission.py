@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from platform_svc.api import admission, auth, key_ids
 from shared.db import Database
 from shared.errors import database_unavailable
-from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, make_account
+from tests.helpers import UNREACHED_RATE_LIMIT, ManualClock, SteppedClock, make_account
 from tests.platform_svc.test_rate_limit import in_one_window, limited_account
 from tooling.testing import StatementCounter, free_port
 
@@ -47,19 +47,8 @@ def test_in_the_steady_state_a_request_is_admitted_with_no_statement(platform_da
     assert all("rate_windows" in statement for statement in refreshed if statement not in polls)  # (a new window's lease)
 
 
-class FrozenClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def step(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_made_up_key_ids_cost_no_statement_once_the_ids_are_read(platform_database):
-    clock = FrozenClock()
+    clock = ManualClock()
     authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=clock.step)
     counter = StatementCounter(platform_database.engine)
     with counter.counting() as first:
@@ -76,7 +65,7 @@ def test_made_up_key_ids_cost_no_statement_once_the_ids_are_read(platform_databa
 
 
 def test_a_key_issued_after_the_ids_were_read_works_at_its_first_use(platform_database):
-    clock = FrozenClock()
+    clock = ManualClock()
     authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=clock.step)
     assert authenticate("0123456789abcdef.made-up") is None  # the ids read
     account_id, api_key = make_account(platform_database, "issued since")
@@ -214,7 +203,7 @@ def test_a_key_another_request_looks_up_while_the_keys_are_re_read_is_admitted(p
 def test_a_clock_set_back_neither_hides_a_new_key_nor_holds_its_request(platform_database):
     """libfaketime steps a service's monotonic clock back (tests/e2e/test_clocks.py): the last
     refresh then seems to lie in the future, which must not pass for a refresh after the request."""
-    clock, slept = FrozenClock(), []
+    clock, slept = ManualClock(), []
     authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock, sleep=slept.append)
     assert authenticate("0123456789abcdef.made-up") is None  # the ids read, and a refresh
     clock.step(-40 * 86400)

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from platform_svc.operations.leadership import Leadership
 from platform_svc.reconciler.periodic import Periodic, run_periodically
 from shared.db import Database
+from tests.helpers import ManualClock
 
 
 @pytest.fixture
@@ -29,19 +30,6 @@ def database(platform_db_url):
 @pytest.fixture
 def lease_name():
     return f"test-{uuid.uuid4().hex[:8]}"
-
-
-class ManualClock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def expire(engine, name: str) -> None:
@@ -105,10 +93,10 @@ def test_an_expired_lease_is_taken_by_another_and_its_old_holder_knows_it_lost_i
     clock = ManualClock()
     first, second = (Leadership(database, ttl=30, name=lease_name, clock=clock) for _ in range(2))
     first.renew()
-    clock.advance(29.9)
+    clock.step(29.9)
     assert first.holding()
 
-    clock.advance(0.2)  # past the lease's time by its own clock: nobody renewed it meanwhile
+    clock.step(0.2)  # past the lease's time by its own clock: nobody renewed it meanwhile
     assert not first.holding()  # its own clock says so, before anyone takes it
     second.renew()
     assert not second.holding()  # the database's expiry is still ahead: nobody may take it yet
