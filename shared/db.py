@@ -113,7 +113,9 @@ class Database:
     def through_failover(self, call: Callable[[], T]) -> T:
         """``call()`` (a view), made again while the database cannot take it, for up to
         ``connect_wait`` seconds: a failover (PgBouncer finds no server, a node still read-only or
-        starting up, a session cut).
+        starting up, a session cut), or a database that hangs (each attempt then ends at the
+        ``timeout``, on a new connection: the view goes on within a moment of the database's
+        return, or of a failover away from it).
 
         Safe because only a commit makes anything of a transaction last: ``call`` is made again
         only while it has not tried to commit anything (a commit whose answer was lost may have
@@ -128,8 +130,6 @@ class Database:
             except DBAPIError as error:
                 if not database_unavailable(error) or getattr(error, "during_commit", False) or _commits() != commits:
                     raise
-                if isinstance(error.orig, deadline.DatabaseStalled):
-                    raise  # it has had its time: a stalled database is no failover to wait through
                 pause = next(pauses, None)
                 if pause is None:
                     raise
@@ -170,9 +170,7 @@ def _connect_waiting(wait: float, dialect: Any, connection_record: Any, cargs: A
     while True:
         try:
             return dialect.connect(*cargs, **cparams)
-        except deadline.DatabaseStalled:
-            raise  # it accepted the connection and never answered: not a refusal to wait out
-        except dialect.loaded_dbapi.OperationalError:
+        except dialect.loaded_dbapi.OperationalError:  # refused, or accepted and never answered (a hang)
             pause = next(pauses, None)
             if pause is None:
                 raise

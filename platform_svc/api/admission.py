@@ -23,7 +23,7 @@ request rate:
   answered by a refresh that started after it arrived, so a new key works at
   its first use; those refreshes are made at most every
   :data:`MISS_REFRESH_SECONDS`, each answering every id that waited for it.
-  The set's memory: about 11 MB a worker at 100,000 keys (docs/decisions/0021).
+  The set's memory: about 11 MB a worker at 100,000 keys (docs/decisions/0022).
 - **a key not seen before** is looked up once (and its last use written). A
   wrong secret for a key held is refused in memory: it never evicts the key nor
   refuses its owner.
@@ -43,8 +43,9 @@ away, a request is admitted from the copy for at most 0.25 s after the last
 refresh (its own statements then fail with 503); after that the refresh fails
 and every request answers 503 with Retry-After, as any request would. While it
 hangs instead (:mod:`shared.deadline`), one request's refresh waits for it, up
-to the database's timeout; the requests that queue behind that refresh wait no
-longer than it does, and once it has failed they answer 503 at once, until the
+to the database's timeout (and, where the service waits for its database through
+a failover, that wait); the requests that queue behind that refresh wait no
+longer than it may, and once it has failed they answer 503 at once, until the
 next refresh is due.
 """
 from __future__ import annotations
@@ -260,10 +261,12 @@ class Authenticator:
         no sooner than :data:`MISS_REFRESH_SECONDS` after the last (waiting for it holds a
         greenlet, and the lock: the requests behind it share what it reads).
 
-        :raise NoDatabaseInTime: another request's refresh held the database longer than its
-            timeout, or failed less than :data:`REFRESH_SECONDS` ago (a 503, as the failure was).
+        :raise NoDatabaseInTime: another request's refresh held the database longer than it may
+            (its timeout, and ``DATABASE_WAIT_SECONDS``), or failed less than
+            :data:`REFRESH_SECONDS` ago (a 503, as the failure was).
         """
-        if not self._refreshing.acquire(timeout=self.database.timeout):
+        # As long as the refresh in progress may take: one wait on the database, or a failover's.
+        if not self._refreshing.acquire(timeout=self.database.timeout + self.database.connect_wait):
             raise NoDatabaseInTime("the keys' refresh waited on the database longer than its timeout")
         try:
             if since is not None:

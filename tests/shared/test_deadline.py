@@ -2,6 +2,7 @@
 hangs (SIGSTOP), not a mock: a hung server answers nothing and closes nothing."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -39,6 +40,35 @@ def test_a_statement_a_connect_and_a_pool_wait_on_a_hung_database_each_end_withi
             assert time.monotonic() - started < 1.5
         with database.engine.connect() as conn:  # thawed: a fresh connection, at once
             assert conn.execute(text("SELECT 4")).scalar() == 4
+    finally:
+        database.dispose()
+
+
+def test_where_the_service_waits_through_a_failover_it_waits_through_a_hang_and_goes_on_after_it(hung_pg):
+    """DATABASE_WAIT_SECONDS (run-ha's): a hung database is one that cannot take the request yet;
+    each attempt still ends at the bound, on a new connection, so the view goes on within a moment
+    of the thaw instead of waiting on a connection the hang left behind."""
+    database = Database(embedded_pg.admin_url(hung_pg), pool_size=1, timeout=0.5, connect_wait=10)
+    try:
+        with database.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+        def view() -> int:
+            with database.begin() as conn:
+                return conn.execute(text("SELECT 5")).scalar()
+
+        def stall() -> None:
+            with frozen_postgres(hung_pg):
+                time.sleep(1.5)  # the hang's length is what is measured against
+
+        staller = threading.Thread(target=stall)
+        staller.start()
+        time.sleep(0.2)  # (the hang has begun)
+        started = time.monotonic()
+        assert database.through_failover(view) == 5
+        waited = time.monotonic() - started
+        staller.join()
+        assert 1.0 <= waited < 1.3 + 0.5 + 1.0  # the hang's remaining 1.3 s, then one pause and one bound at most
     finally:
         database.dispose()
 
