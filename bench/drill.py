@@ -9,8 +9,9 @@ supervisord) in a folder of its own, and runs two kinds of callers through the w
 - a program using the project's client (``PlatformClient``, retrying for 60 s): its errors.
 
 Then, one at a time, each fault: kill -9 of a service replica, the leading reconciler, each
-PgBouncer, HAProxy, etcd, each Patroni leader (Patroni and its postmaster), and a planned
-``patronictl switchover``. After each, it waits until the process is back (supervisord starts
+PgBouncer, HAProxy, etcd, each Patroni leader (Patroni and its postmaster), the platform
+primary's machine lost, its PostgreSQL hung for 20 s (SIGSTOP: a gray failure, the longest
+create is what it cost a caller), and a planned ``patronictl switchover``. After each, it waits until the process is back (supervisord starts
 it again) and the topology whole, and until creates are acknowledged again. A row per fault:
 seconds until back, answers to the attempts sent meanwhile, 503s to callers without retries in
 the first TTL + 10 s, the client's errors, the longest create. At the end: creates
@@ -19,7 +20,9 @@ cluster_svc matches the platform once every row is synced. docs/scale-out.md has
 """
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,7 @@ from tooling.pair import RATE_LIMITS
 from tooling.supervision import Supervised
 
 SETTLE = 10  # creates acknowledged after a fault before the next one
+STALL = 20  # seconds the platform's primary hangs (SIGSTOP of its PostgreSQL): its requests answer within 5 s
 LEASE = 3.0  # the reconcilers' --leader-lease here
 
 
@@ -146,6 +150,22 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
             restarted(cluster, node, postmaster)
         return run
 
+    def database_stalled(name: str) -> Callable[[], None]:
+        def run() -> None:
+            cluster = ha.databases[name]
+            node = cluster.leader()
+            stopped = node.postgres_pids()
+            for pid in stopped:  # PostgreSQL hangs (a stalled disk), its Patroni and the machine do not
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(STALL)
+            finally:
+                for pid in stopped:
+                    os.kill(pid, signal.SIGCONT)
+            cluster.wait_healthy(timeout=PATRONI_TTL + 120)  # Patroni may have failed over meanwhile
+            ha.wait_routed(cluster, timeout=60)
+        return run
+
     def switchover() -> None:
         cluster = ha.databases["platform_svc"]
         cluster.wait_healthy(timeout=120)
@@ -174,6 +194,7 @@ def faults(ha: Topology) -> list[tuple[str, Callable[[], None]]]:
         ("kill -9 platform_svc Patroni leader", leader_kill("platform_svc")),
         ("kill -9 cluster_svc Patroni leader", leader_kill("cluster_svc")),
         ("platform_svc primary's machine lost", machine_lost("platform_svc")),
+        (f"platform_svc primary stalled {STALL} s", database_stalled("platform_svc")),
         ("patronictl switchover (platform_svc)", switchover),
     ]
 
