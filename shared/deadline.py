@@ -72,6 +72,16 @@ def bound_of(connection: Any) -> float | None:
     return connection.seconds if longer is _DEFAULT else longer
 
 
+def stalled(error: BaseException) -> bool:
+    """Whether ``error`` (SQLAlchemy's, or psycopg2's) is a wait that ran out: the database hung,
+    or every pooled connection was held for the whole bound."""
+    from sqlalchemy.exc import TimeoutError as NoConnectionInTime
+
+    return isinstance(error, (DatabaseStalled, NoConnectionInTime)) or isinstance(
+        getattr(error, "orig", None), DatabaseStalled
+    )
+
+
 def wait(connection: Any) -> None:
     """psycopg2's wait callback: poll until the operation is done, each wait bounded (:func:`bound_of`).
 

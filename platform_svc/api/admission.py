@@ -67,6 +67,7 @@ from sqlalchemy.exc import TimeoutError as NoDatabaseInTime
 
 from platform_svc.api.key_ids import issued_here, key_id_secret
 from shared.db import Database
+from shared.deadline import stalled
 from shared.errors import HttpProblem
 
 WINDOW_SECONDS = 1
@@ -199,7 +200,7 @@ class Authenticator:
         self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
         self._generation = 0  # of the keys held (0: none read yet)
         self._refreshed = -math.inf  # when the last refresh started, on ``clock``
-        self._failed = -math.inf  # when the last refresh failed, on ``clock``
+        self._failed = -math.inf  # when the last refresh waited in vain for a hung database, on ``clock``
         self._touch: set[str] = set()  # keys whose last use is due
         self._refreshing = threading.Lock()
         self.ids: frozenset[str] | None = None  # every live key id (None: not read yet)
@@ -277,7 +278,7 @@ class Authenticator:
             if since is None and 0 <= started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
             if started - self._failed < REFRESH_SECONDS:
-                raise NoDatabaseInTime("the keys' last refresh failed a moment ago")
+                raise NoDatabaseInTime("the keys' last refresh waited on the database in vain a moment ago")
             if not self._keys and self.ids is None:  # nothing held that a change could make stale
                 self._refreshed = started
                 return
@@ -288,8 +289,9 @@ class Authenticator:
                     self._reload()
                 if generation != self._ids_generation:
                     self._read_ids()
-            except Exception:
-                self._failed = self.clock()
+            except Exception as error:
+                if stalled(error):  # the others would each wait as long: they answer 503 at once
+                    self._failed = self.clock()
                 raise
             self._refreshed = started
         finally:

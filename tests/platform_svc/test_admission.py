@@ -168,7 +168,7 @@ def test_while_the_database_is_away_only_the_refresh_period_is_admitted_then_eve
         authenticate.clock.step(admission.REFRESH_SECONDS)
         with pytest.raises(DBAPIError):  # answered 503 with Retry-After (tests/shared/test_database_errors.py)
             authenticate(api_key)
-        with pytest.raises(SQLAlchemyError) as failed:  # the refresh failed a moment ago: at once
+        with pytest.raises(SQLAlchemyError) as failed:  # refused again (its own refresh: a refusal is quick)
             authenticate("0123456789abcdef.never-seen")
         assert database_unavailable(failed.value)
     finally:

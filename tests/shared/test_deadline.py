@@ -7,6 +7,7 @@ import time
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import OperationalError
 
 from shared import deadline
@@ -95,3 +96,10 @@ def test_patience_gives_named_work_a_longer_bound_and_other_engines_none():
     with deadline.patience(None):
         assert deadline.bound_of(connection) is None
     assert deadline.bound_of(object()) is None  # an engine of a test's own, or Alembic's
+
+
+def test_a_wait_that_ran_out_is_told_from_a_refusal():
+    assert deadline.stalled(deadline.DatabaseStalled("no answer"))
+    assert deadline.stalled(OperationalError("SELECT 1", {}, deadline.DatabaseStalled("no answer")))
+    assert deadline.stalled(sa_exc.TimeoutError("every pooled connection held"))
+    assert not deadline.stalled(OperationalError("SELECT 1", {}, Exception("connection refused")))
