@@ -56,12 +56,13 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     clock = ClockWatch.from_env(database, settings.horizon)
     clock.measure()
     authenticator = admission.Authenticator(database, settings.rate_limit)
+    refusals = auth.SlowRefusals()  # this worker's count, per source, of keys that admit nothing
 
     app, api = create_service_app(
         __name__,
         title="platform_svc",
         database=database,
-        authenticate=functools.partial(auth.admit, authenticator),
+        authenticate=functools.partial(auth.admit, authenticator, refusals),
         internal_token=settings.internal_token,
         metrics_collectors=[SyncRowsCollector(database)],
         browser_blueprints=[console.BLUEPRINT, console.ICON_BLUEPRINT],
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     )
     app.extensions["inline_lease"] = settings.inline_lease
     app.extensions["authenticator"] = authenticator
+    app.extensions["refusals"] = refusals
     app.after_request(auth.rate_limit_headers)
     app.register_error_handler(IntegrityError, auth.refused_write)
     api.register_blueprint(blueprint())

@@ -10,14 +10,14 @@ A request is admitted by :class:`platform_svc.api.admission.Authenticator`,
 from the worker's copy of the keys and tokens it leased from the window, with
 no database round trip of its own in the steady state; a revocation holds in
 every worker within 0.25 s. A key id that does not exist is refused in the
-worker with no database statement, whatever its source.
+worker with no database statement, whatever its source; a source that sends
+many gets its refusals late (:class:`SlowRefusals`), never anyone else's.
 
 Functions that change keys or limits take the session as ``db_session`` and
 never commit.
 """
 from __future__ import annotations
 
-import math
 import secrets
 import time
 import uuid
@@ -85,16 +85,46 @@ def set_rate_limit(*, db_session: Connection, account_id: uuid.UUID, limit: int 
 # The request hooks (platform_svc.create_app) -------------------------------------------
 
 
-def admit(authenticator: Authenticator, api_key: str) -> uuid.UUID | None:
+class SlowRefusals:
+    """Refusals of keys that admit nothing, counted per source address in this worker: each source
+    has a bucket of ``burst`` of them, refilled at ``rate`` a second; once it is empty, its next
+    refusals are answered after ``hold`` seconds. A refusal costs no statement (the worker holds
+    the set of key ids), but it costs the worker's CPU: a flood over 64 connections answered at
+    once would take the workers from everyone else. Held, it gets one answer per connection per
+    ``hold``. Nothing is ever refused for it: a valid key from the same address is admitted as
+    before, at once (a new key, the owner of a key id someone guesses at)."""
+
+    def __init__(
+        self, *, rate: float = 20.0, burst: float = 100.0, sources: int = 10_000, hold: float = 1.0,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.rate, self.burst, self.sources, self.hold = rate, burst, sources, hold
+        self.clock, self.sleep = clock, sleep
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # source -> (level, when)
+
+    def refused(self, source: str) -> None:
+        """A refusal for ``source``: returns at once, or after ``hold`` once its bucket is empty."""
+        level, when = self._buckets.pop(source, (self.burst, self.clock()))
+        now = self.clock()
+        level = min(self.burst, level + (now - when) * self.rate) - 1
+        self._buckets[source] = (max(level, 0.0), now)
+        if len(self._buckets) > self.sources:
+            self._buckets.popitem(last=False)
+        if level < 0:
+            self.sleep(self.hold)  # holds a greenlet, nothing else
+
+
+def admit(authenticator: Authenticator, refusals: SlowRefusals, api_key: str) -> uuid.UUID | None:
     """The bearer check's ``authenticate``: the key's account (``g.principal``), its admission kept
-    in ``g.admission`` for the answer's headers. A key that admits nothing costs no statement
-    (the worker holds the set of key ids) and counts against nobody: not its source, whose other
-    callers go on working, and not the key's owner.
+    in ``g.admission`` for the answer's headers. A key that admits nothing costs no statement (the
+    worker holds the set of key ids) and refuses nobody else: not its source's other callers, nor
+    the key's owner; a source that sends many gets its refusals late (:class:`SlowRefusals`).
 
     :raise TooManyRequests: the account's limit.
     """
     admission = authenticator(api_key)
     if admission is None:
+        refusals.refused(request.remote_addr or "-")
         return None
     g.admission = admission
     return admission.account_id

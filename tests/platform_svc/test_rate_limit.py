@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from platform_svc.api import admission, auth
-from tests.helpers import UNREACHED_RATE_LIMIT, authed_client, cluster_body, keys_reread, make_account
+from tests.helpers import UNREACHED_RATE_LIMIT, ManualClock, authed_client, cluster_body, keys_reread, make_account
 from tooling.testing import StatementCounter, assert_problem
 
 
@@ -251,7 +251,9 @@ def test_made_up_keys_from_a_thousand_addresses_cost_no_statement(app, platform_
     assert authed_client(app, api_key).get("/v1/clusters").status_code == 200
 
 
-def test_wrong_secrets_for_a_held_key_never_refuse_its_owner_nor_cost_a_statement(app, platform_database):
+def test_wrong_secrets_for_a_held_key_never_refuse_its_owner_nor_cost_a_statement(app, platform_database, monkeypatch):
+    held = []
+    monkeypatch.setattr(app.extensions["refusals"], "sleep", held.append)  # each late refusal recorded, not waited
     _, api_key = make_account(platform_database, "guessed at")
     owner = authed_client(app, api_key)
     source = {"REMOTE_ADDR": "192.0.2.77"}  # the owner's address, and the guesser's
@@ -267,7 +269,25 @@ def test_wrong_secrets_for_a_held_key_never_refuse_its_owner_nor_cost_a_statemen
             for _ in range(300)
         ]
     assert guesses == [401] * 300 and statements == []
+    assert len(held) >= 300 - 100  # past the address's burst, each guess answered late...
+    before = len(held)
     assert [owner.get("/v1/clusters", environ_base=source).status_code for _ in range(3)] == [200] * 3
+    assert len(held) == before  # ...and the owner, at the same address, at once
+
+
+def test_a_source_sending_keys_that_admit_nothing_gets_its_refusals_late_once_its_bucket_is_empty():
+    clock, held = ManualClock(), []
+    refusals = auth.SlowRefusals(rate=2.0, burst=3, clock=clock, sleep=held.append)
+    for _ in range(3):
+        refusals.refused("192.0.2.1")
+    assert held == []
+    refusals.refused("192.0.2.1")
+    assert held == [1.0]  # answered after a second
+    refusals.refused("192.0.2.2")  # another source: its own bucket
+    assert held == [1.0]
+    clock.step(0.5)  # at 2 a second, half a second refills one
+    refusals.refused("192.0.2.1")
+    assert held == [1.0]
 
 
 def test_a_new_key_works_at_its_first_use_even_during_a_flood_of_made_up_keys(app, platform_database):
