@@ -14,15 +14,12 @@ invalidates it like any disconnect, and the request answers 503 with Retry-After
 reconciler, the CLI) it is a plain ``select``.
 
 Other engines in the same process (a test's own, Alembic's) keep psycopg2's unbounded waits.
-A piece of work that needs longer than the bound says so (:func:`patience`).
+Work that needs longer than the bound says so with a ``Database`` of its own bound.
 """
 from __future__ import annotations
 
 import select
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import psycopg2
@@ -33,9 +30,6 @@ from psycopg2 import extensions
 # connection, then its first statement) before its 503: 4 s against a stall, inside the 5 s the
 # design promises. A healthy round trip on this design's statements takes milliseconds.
 DEFAULT_SECONDS = 2.0
-
-_DEFAULT: Any = object()  # no patience given: the connection's own bound
-_patience: ContextVar[Any] = ContextVar("database_patience", default=_DEFAULT)
 
 
 class DatabaseStalled(psycopg2.OperationalError):
@@ -53,23 +47,9 @@ def bounded_connection(seconds: float) -> type[BoundedConnection]:
     return type("BoundedConnection", (BoundedConnection,), {"seconds": seconds})
 
 
-@contextmanager
-def patience(seconds: float | None) -> Iterator[None]:
-    """Within the block, this greenlet's (or thread's) waits on the database may take up to
-    ``seconds`` (None: for ever). For work that is long by nature and says so: a migration."""
-    token = _patience.set(seconds)
-    try:
-        yield
-    finally:
-        _patience.reset(token)
-
-
 def bound_of(connection: Any) -> float | None:
-    """The seconds one wait on ``connection`` may take (None: no bound)."""
-    if not isinstance(connection, BoundedConnection):
-        return None
-    longer = _patience.get()
-    return connection.seconds if longer is _DEFAULT else longer
+    """The seconds one wait on ``connection`` may take (None: no bound, not a ``Database``'s)."""
+    return connection.seconds if isinstance(connection, BoundedConnection) else None
 
 
 def stalled(error: BaseException) -> bool:
