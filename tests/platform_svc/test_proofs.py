@@ -118,3 +118,15 @@ def test_a_delete_is_confirmed_by_cluster_svcs_own_answer(status, body):
 def test_a_delete_answered_by_something_else_proves_nothing(status, body):
     change = judged(CLUSTER, body, status=status, operation=Operation.DELETE, deleted_at="2026-11-25T00:00:00Z")
     assert change.kind == RETRY_LATER and "proves nothing" in change.reason
+
+
+def test_repair_never_moves_a_row_past_the_highest_generation():
+    """Repair's ``ahead`` moves the platform's generation past cluster_svc's: at the integer's limit it
+    fails the row with that reason instead (an UPDATE past it would raise at every periodic pass)."""
+    from platform_svc.operations.repair import _past_theirs
+
+    theirs = {"generation": HIGHEST_GENERATION, "fields": copy(CLUSTER)}
+    changes = _past_theirs(CLUSTER, row(CLUSTER), "ahead", theirs)
+    assert "generation" not in changes and "highest" in changes["sync_error"] and "sync_failed_at" in changes
+    passed = _past_theirs(CLUSTER, row(CLUSTER), "ahead", {**theirs, "generation": HIGHEST_GENERATION - 1})
+    assert passed["generation"] == HIGHEST_GENERATION
