@@ -33,6 +33,16 @@ class SyncState(enum.StrEnum):
 
 
 STORED = (SyncState.PENDING, SyncState.SYNCED, SyncState.FAILED)  # the column's values
+
+# How far a caller's call got, as the ``Idempotency-Status`` header of every public answer about
+# one object says it (the FUN-15 design's three words), read off the row's state: ``completed`` is
+# ``synced``, cluster_svc's proof; a stalled row is still being processed.
+IDEMPOTENCY_STATUS = {
+    SyncState.PENDING: "processing",
+    SyncState.STALLED: "processing",
+    SyncState.SYNCED: "completed",
+    SyncState.FAILED: "failed",
+}
 SHOWN = (SyncState.SYNCED, SyncState.PENDING, SyncState.STALLED, SyncState.FAILED)  # as counted and drawn
 
 # The generated column: failed once a permanent answer came, synced once cluster_svc confirmed

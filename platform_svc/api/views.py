@@ -14,7 +14,7 @@ from sqlalchemy.engine import RowMapping
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
-from platform_svc.states import SyncState
+from platform_svc.states import IDEMPOTENCY_STATUS, SyncState
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
 from shared.db import transaction
@@ -53,8 +53,19 @@ INVALID_KEY = (
 )
 KEY_REUSED = "Invalid body (validation_error), or the Idempotency-Key was used with another body (idempotency_key_reused)"
 EXPIRED_OR_GONE = "Deleted (gone), or no such object and an ID older than the horizon: purged, or never made (id_expired)"
-CREATED_HEADERS = {"Location": LOCATION}
-REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED}
+IDEMPOTENCY_STATUS_HEADER = {
+    "description": "How far the object got: processing while cluster_svc has not confirmed its current "
+    "generation (sync_state pending), completed once it has (synced), failed when it failed for good "
+    "(sync_state failed; sync_error says why)",
+    "schema": {"type": "string", "enum": sorted(set(IDEMPOTENCY_STATUS.values()))},
+}
+STATUS_HEADERS = {"Idempotency-Status": IDEMPOTENCY_STATUS_HEADER}
+RECOVERED_HEADERS = {"Idempotency-Status": {
+    **IDEMPOTENCY_STATUS_HEADER,
+    "description": "With idempotency_key, when it found the object: " + IDEMPOTENCY_STATUS_HEADER["description"],
+}}
+CREATED_HEADERS = {"Location": LOCATION, **STATUS_HEADERS}
+REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED, **STATUS_HEADERS}
 
 
 def idempotency_key() -> str | None:
@@ -71,6 +82,19 @@ def inline_lease() -> timedelta:
 
 def pusher():
     return current_app.extensions["pusher"]
+
+
+def answered(row: RowMapping) -> RowMapping:
+    """``row`` as the object the answer is about: its ``Idempotency-Status`` goes with the answer."""
+    g.idempotency_status = IDEMPOTENCY_STATUS[row["sync_state"]]
+    return row
+
+
+def add_idempotency_status(response: Response) -> Response:
+    status = g.pop("idempotency_status", None)
+    if status is not None:
+        response.headers["Idempotency-Status"] = status
+    return response
 
 
 def horizon() -> Horizon:
@@ -96,10 +120,10 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
                 horizon=horizon(), clock=current_app.extensions["clock"],
             )
     if not created:  # counted like any request: it costs the server a read
-        return row, 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
+        return answered(row), 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
     if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
-    return row, 201, {"Location": created_location(row["id"])}
+    return answered(row), 201, {"Location": created_location(row["id"])}
 
 
 def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], CreateResult]:
@@ -146,6 +170,7 @@ def blueprint(registry: Registry = RESOURCES) -> Blueprint:
     """The public routes of every resource in ``registry``, on a blueprint of its own (one per app)."""
     served = " and ".join(f"{resource.words}s" for resource in registry)
     blp = Blueprint("public", __name__, url_prefix="/v1", description=f"{served.capitalize()} of your account")
+    blp.after_request(add_idempotency_status)
     for resource in registry:
         _collection_routes(blp, resource)
         _item_routes(blp, resource)
@@ -158,7 +183,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
 
     class Collection(MethodView):
         @blp.arguments(ListArgs(), location="query")
-        @blp.response(200, schemas["page"])
+        @blp.response(200, schemas["page"], headers=RECOVERED_HEADERS)
         @(blp.problem(404, no_parent) if parent else unchanged)
         @(blp.problem(410, f"The {parent.words} was deleted (gone), or has no row and an ID older than the "
                       "horizon (id_expired)") if parent else unchanged)
@@ -176,6 +201,8 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
                 items, next_after = services.list_objects(
                     db_session=db_session, resource=resource, filters={**scope, "account_id": g.principal}, **args
                 )
+            if args.get("idempotency_key") is not None and items:  # the recovery route: one object
+                answered(items[0])
             return {"items": items, "next_after": next_after}
 
         @blp.arguments(schemas["create"]())
@@ -218,20 +245,20 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
     under = [child.words + "s" for child in resource.children]
 
     class Item(MethodView):
-        @blp.response(200, schemas["out"])
+        @blp.response(200, schemas["out"], headers=STATUS_HEADERS)
         @blp.problem(404, f"No such {words} in your account")
         @blp.problem(410, EXPIRED_OR_GONE)
         @documented(f"Get a {words} with its sync state.")
         def get(self, **path_ids):
             object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
             with transaction() as db_session:
-                return services.get_object(
+                return answered(services.get_object(
                     db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
                     horizon=horizon(), **scope
-                )
+                ))
 
         @blp.arguments(schemas["patch"](partial=True))
-        @blp.response(200, schemas["out"])
+        @blp.response(200, schemas["out"], headers=STATUS_HEADERS)
         @blp.problem(404, f"No such {words} in your account")
         @blp.problem(409, "The object is at the highest generation there is (generation_exhausted): it cannot be"
                      " changed any more")
@@ -245,10 +272,11 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     changes=changes, horizon=horizon(), **scope,
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            return push_if_claimed(resource, row, claimed)
+            return answered(push_if_claimed(resource, row, claimed))
 
-        @blp.response(204, description="Deleted, and cluster_svc confirmed it")
-        @blp.alt_response(202, schema=schemas["out"], description="Deleted; still being pushed down")
+        @blp.response(204, description="Deleted, and cluster_svc confirmed it", headers=STATUS_HEADERS)
+        @blp.alt_response(202, schema=schemas["out"], description="Deleted; still being pushed down",
+                          headers=STATUS_HEADERS)
         @blp.problem(404, f"No such {words} in your account")
         @blp.problem(410, "Already deleted (gone), or no such object and an ID older than the horizon (id_expired)")
         @documented(f"Delete a {words}" + (f" and its {' and '.join(under)}." if under else "."))
@@ -260,7 +288,7 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     horizon=horizon(), **scope
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            return deleted_answer(push_if_claimed(resource, row, claimed), out)
+            return deleted_answer(answered(push_if_claimed(resource, row, claimed)), out)
 
     blp.route(resource.item_path(), endpoint=resource.key)(Item)
 
