@@ -80,7 +80,9 @@ class RateLimit:
 class Meta:
     """How a call was answered: the final ``status`` (201 created, 200 there already, ...), whether
     the service ``replayed`` an earlier create's answer (Idempotent-Replayed), the ``request_id``
-    every attempt carried, the ``rate_limit`` state, ``location`` and how many ``attempts`` it took."""
+    every attempt carried, the ``rate_limit`` state, ``location``, how many ``attempts`` it took, and
+    how far the object got (``idempotency_status``, platform_svc's ``Idempotency-Status``:
+    ``processing`` until cluster_svc confirmed it, ``completed`` once it has, ``failed``)."""
 
     status: int
     replayed: bool
@@ -88,6 +90,7 @@ class Meta:
     rate_limit: RateLimit | None
     location: str | None
     attempts: int
+    idempotency_status: str | None = None
 
     @classmethod
     def of(cls, reply: Reply) -> Meta:
@@ -96,7 +99,7 @@ class Meta:
         return cls(
             reply.status, headers.get("Idempotent-Replayed", "").lower() == "true", reply.request_id,
             RateLimit(*limits) if any(value is not None for value in limits) else None, headers.get("Location"),
-            reply.attempts,
+            reply.attempts, headers.get("Idempotency-Status"),
         )
 
 

@@ -463,8 +463,8 @@ def test_a_body_that_is_not_a_mapping_is_a_type_error_naming_the_argument(platfo
 
 def test_every_answer_says_how_it_was_answered_created_or_replayed(platform, server):
     limits = {"RateLimit-Limit": "100", "RateLimit-Remaining": "98", "RateLimit-Reset": "1"}
-    server.script(reply(201, OBJECT, {**limits, "Location": "/v1/things/1"}),
-                  reply(200, OBJECT, {**limits, "Idempotent-Replayed": "true"}))
+    server.script(reply(201, OBJECT, {**limits, "Location": "/v1/things/1", "Idempotency-Status": "processing"}),
+                  reply(200, OBJECT, {**limits, "Idempotent-Replayed": "true", "Idempotency-Status": "completed"}))
 
     made = platform.create("/v1/things", {"name": "main-db"}, idempotency_key="k-1")
     again = platform.create("/v1/things", {"name": "main-db"}, idempotency_key="k-1")
@@ -472,6 +472,7 @@ def test_every_answer_says_how_it_was_answered_created_or_replayed(platform, ser
     assert made == again == OBJECT  # the object, as a dict
     assert (made.meta.status, made.meta.replayed, made.meta.location) == (201, False, "/v1/things/1")
     assert (again.meta.status, again.meta.replayed) == (200, True)
+    assert (made.meta.idempotency_status, again.meta.idempotency_status) == ("processing", "completed")
     assert (made.meta.rate_limit.limit, made.meta.rate_limit.remaining, made.meta.rate_limit.reset) == (100, 98, 1)
     assert made.meta.request_id == server.requests[0].headers["X-Request-ID"] != again.meta.request_id
 
