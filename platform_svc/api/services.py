@@ -231,7 +231,7 @@ def _fail_under_failed_parent(db_session: Connection, resource: Resource, row: R
     takes this child along (:func:`platform_svc.push.recording.fail_waiting_descendants`).
     """
     if fail_waiting_descendants(db_session=db_session, resource=resource.parent, only=(resource, row["id"])):
-        return _read(db_session, resource, row["id"])
+        return read_row(db_session, resource, row["id"])
     return row
 
 
@@ -325,7 +325,7 @@ def delete_object(
     )
     if not soft_delete(db_session, resource, [resource.table.c.id == object_id]):
         raise Gone(f"{resource.describe(object_id)} was already deleted.")
-    return _read(db_session, resource, object_id)
+    return read_row(db_session, resource, object_id)
 
 
 def claim(*, db_session: Connection, resource: Resource, object_id: Any, lease: timedelta) -> RowMapping | None:
@@ -350,7 +350,8 @@ def claim(*, db_session: Connection, resource: Resource, object_id: Any, lease: 
     return db_session.execute(stmt).mappings().first()
 
 
-def _read(db_session: Connection, resource: Resource, object_id: Any) -> RowMapping:
+def read_row(db_session: Connection, resource: Resource, object_id: Any) -> RowMapping:
+    """The row of ``object_id``, whatever its state (deleted too): a caller has checked it is the account's."""
     return db_session.execute(select(resource.table).where(resource.table.c.id == object_id)).mappings().one()
 
 

@@ -11,7 +11,7 @@ from flask.views import MethodView
 from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.api import services
+from platform_svc.api import services, waiting
 from platform_svc.models import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
 from platform_svc.states import IDEMPOTENCY_STATUS, SyncState
@@ -64,8 +64,24 @@ RECOVERED_HEADERS = {"Idempotency-Status": {
     **IDEMPOTENCY_STATUS_HEADER,
     "description": "With idempotency_key, when it found the object: " + IDEMPOTENCY_STATUS_HEADER["description"],
 }}
-CREATED_HEADERS = {"Location": LOCATION, **STATUS_HEADERS}
-REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED, **STATUS_HEADERS}
+PREFER = {
+    "name": "Prefer",
+    "in": "header",
+    "required": False,
+    "description": f"wait=N (RFC 7240): answer once the object is completed or failed (Idempotency-Status), or after"
+    f" N seconds (at most {waiting.MAX_WAIT}), whichever comes first; the answer then says Preference-Applied."
+    " Waiting holds no database connection.",
+    "schema": {"type": "string", "maxLength": 255},
+}
+WRITE_HEADERS = {
+    **STATUS_HEADERS,
+    "Preference-Applied": {
+        "description": "wait=N when the request's Prefer: wait=N was honoured (N capped)",
+        "schema": {"type": "string", "pattern": "^wait=[0-9]+$"},
+    },
+}
+CREATED_HEADERS = {"Location": LOCATION, **WRITE_HEADERS}
+REPLAYED_HEADERS = {"Location": LOCATION, "Idempotent-Replayed": IDEMPOTENT_REPLAYED, **WRITE_HEADERS}
 
 
 def idempotency_key() -> str | None:
@@ -88,6 +104,16 @@ def answered(row: RowMapping) -> RowMapping:
     """``row`` as the object the answer is about: its ``Idempotency-Status`` goes with the answer."""
     g.idempotency_status = IDEMPOTENCY_STATUS[row["sync_state"]]
     return row
+
+
+def waited(resource: Resource, row: RowMapping) -> tuple[RowMapping, dict[str, str]]:
+    """``row`` once it settled, when the request asked to wait for it (``Prefer: wait=N``, see
+    :mod:`platform_svc.api.waiting`), with the header saying so; else ``row`` as it is."""
+    seconds = waiting.preferred_wait(request.headers.getlist("Prefer"))
+    if seconds is None:
+        return row, {}
+    row = waiting.wait_for_outcome(current_app.extensions["database"], resource, row, seconds)
+    return row, waiting.applied(seconds)
 
 
 def add_idempotency_status(response: Response) -> Response:
@@ -120,10 +146,14 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
                 horizon=horizon(), clock=current_app.extensions["clock"],
             )
     if not created:  # counted like any request: it costs the server a read
-        return answered(row), 200, {"Location": created_location(row["id"]), "Idempotent-Replayed": "true"}
+        row, preference = waited(resource, row)
+        return answered(row), 200, {
+            "Location": created_location(row["id"]), "Idempotent-Replayed": "true", **preference,
+        }
     if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
-    return answered(row), 201, {"Location": created_location(row["id"])}
+    row, preference = waited(resource, row)
+    return answered(row), 201, {"Location": created_location(row["id"]), **preference}
 
 
 def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], CreateResult]:
@@ -159,11 +189,13 @@ def push_if_claimed(resource: Resource, row: RowMapping, claimed: RowMapping | N
     return pusher().push_now(resource, claimed) if claimed is not None else row
 
 
-def deleted_answer(row: RowMapping, schema) -> Response | tuple[Any, int]:
+def deleted_answer(row: RowMapping, schema, headers: dict[str, str]) -> Response | tuple[Any, int, dict[str, str]]:
     """204 once cluster_svc confirmed the delete; 202 (with the object) while it is being pushed."""
     if row["sync_state"] == SyncState.SYNCED:
-        return no_content()
-    return schema.dump(row), 202
+        answer = no_content()
+        answer.headers.update(headers)
+        return answer
+    return schema.dump(row), 202, headers
 
 
 def blueprint(registry: Registry = RESOURCES) -> Blueprint:
@@ -206,7 +238,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
             return {"items": items, "next_after": next_after}
 
         @blp.arguments(schemas["create"]())
-        @blp.doc(parameters=[IDEMPOTENCY_KEY])
+        @blp.doc(parameters=[IDEMPOTENCY_KEY, PREFER])
         @blp.response(
             201, schemas["out"], description="Created (sync_state tells whether cluster_svc has it yet)",
             headers=CREATED_HEADERS,
@@ -258,7 +290,8 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                 ))
 
         @blp.arguments(schemas["patch"](partial=True))
-        @blp.response(200, schemas["out"], headers=STATUS_HEADERS)
+        @blp.doc(parameters=[PREFER])
+        @blp.response(200, schemas["out"], headers=WRITE_HEADERS)
         @blp.problem(404, f"No such {words} in your account")
         @blp.problem(409, "The object is at the highest generation there is (generation_exhausted): it cannot be"
                      " changed any more")
@@ -272,11 +305,13 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     changes=changes, horizon=horizon(), **scope,
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            return answered(push_if_claimed(resource, row, claimed))
+            row, preference = waited(resource, push_if_claimed(resource, row, claimed))
+            return answered(row), 200, preference
 
-        @blp.response(204, description="Deleted, and cluster_svc confirmed it", headers=STATUS_HEADERS)
+        @blp.doc(parameters=[PREFER])
+        @blp.response(204, description="Deleted, and cluster_svc confirmed it", headers=WRITE_HEADERS)
         @blp.alt_response(202, schema=schemas["out"], description="Deleted; still being pushed down",
-                          headers=STATUS_HEADERS)
+                          headers=WRITE_HEADERS)
         @blp.problem(404, f"No such {words} in your account")
         @blp.problem(410, "Already deleted (gone), or no such object and an ID older than the horizon (id_expired)")
         @documented(f"Delete a {words}" + (f" and its {' and '.join(under)}." if under else "."))
@@ -288,7 +323,8 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     horizon=horizon(), **scope
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            return deleted_answer(answered(push_if_claimed(resource, row, claimed)), out)
+            row, preference = waited(resource, push_if_claimed(resource, row, claimed))
+            return deleted_answer(answered(row), out, preference)
 
     blp.route(resource.item_path(), endpoint=resource.key)(Item)
 
