@@ -31,6 +31,7 @@ from idempotent_pair_client.core import (
     from_environment,
     page_of,
     query_of,
+    waiting,
     with_query,
 )
 from idempotent_pair_client.errors import ProblemError
@@ -158,21 +159,29 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
 
     async def create(
         self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
-        timeout: float | None = None, retry_for: float | None = None,
+        timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
     ) -> Object:
         key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
+        prefer, timeout = waiting(wait, timeout, self.policy)
         reply = await self._call("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
-                                 retry_for=retry_for, headers={"Idempotency-Key": key})
+                                 retry_for=retry_for, headers={"Idempotency-Key": key, **prefer})
         return as_object(reply, "POST", path)
 
     async def update(
-        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
     ) -> Object:
-        reply = await self._call("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for)
+        prefer, timeout = waiting(wait, timeout, self.policy)
+        reply = await self._call("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for,
+                                 headers=prefer)
         return as_object(reply, "PATCH", path)
 
-    async def delete(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
-        reply = await self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
+    async def delete(
+        self, path: str, *, timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
+    ) -> Deletion:
+        prefer, timeout = waiting(wait, timeout, self.policy)
+        reply = await self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for,
+                                 headers=prefer)
         return Deletion.of(reply)
 
     async def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:

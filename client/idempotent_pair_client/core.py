@@ -213,6 +213,23 @@ class ServiceClient:
         return expect(reply, ok, method, path)
 
 
+WAIT_SLACK = 5.0  # seconds an attempt's timeout leaves beyond the server's wait for the outcome
+
+
+def waiting(wait: int | None, timeout: float | None, policy: ClientPolicy) -> tuple[dict[str, str], float | None]:
+    """The header that asks platform_svc to answer once the object is completed or failed, or after
+    ``wait`` seconds (``Prefer: wait=N``, RFC 7240; the answer's ``meta.idempotency_status`` says
+    which), and the attempt's timeout that leaves it the room. None: no wait, as the caller gave.
+
+    :raise ValueError: ``wait`` below 0.
+    """
+    if wait is None:
+        return {}, timeout
+    if wait < 0:
+        raise ValueError(f"wait must be 0 or more seconds, not {wait}")
+    return {"Prefer": f"wait={wait}"}, max(timeout if timeout is not None else policy.read_timeout, wait + WAIT_SLACK)
+
+
 def call_policy(policy: ClientPolicy, timeout: float | None, retry_for: float | None) -> ClientPolicy:
     """The client's ``policy``, with one call's own ``timeout`` and ``retry_for`` when given."""
     if timeout is None and retry_for is None:

@@ -40,6 +40,7 @@ from idempotent_pair_client.core import (
     body_of,
     from_environment,
     page_of,
+    waiting,
     with_query,
 )
 from idempotent_pair_client.resources import PlatformResources
@@ -83,10 +84,11 @@ class PlatformClient(ServiceClient, PlatformResources):
 
     def create(
         self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
-        timeout: float | None = None, retry_for: float | None = None,
+        timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
     ) -> Object:
         """Create an object in the collection at ``path``: the object (``meta.status`` 201), or the one this
-        key made (200, ``meta.replayed``).
+        key made (200, ``meta.replayed``). With ``wait``: answered once cluster_svc has it (or it failed),
+        or after that many seconds (``meta.idempotency_status``: ``completed``, ``failed``, ``processing``).
 
         :raise ValidationFailed: 422 ``validation_error`` (``fields``: what is wrong with each).
         :raise IdempotencyKeyReused: the key went with another body.
@@ -94,27 +96,36 @@ class PlatformClient(ServiceClient, PlatformResources):
         :raise TypeError: ``body`` is not a mapping.
         """
         key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
-        return self._object("POST", path, body_of(body, "body"), ok=(200, 201), headers={"Idempotency-Key": key},
-                            timeout=timeout, retry_for=retry_for)
+        prefer, timeout = waiting(wait, timeout, self.policy)
+        return self._object("POST", path, body_of(body, "body"), ok=(200, 201),
+                            headers={"Idempotency-Key": key, **prefer}, timeout=timeout, retry_for=retry_for)
 
     def update(
-        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
+        self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
     ) -> Object:
-        """Change the object at ``path`` (PATCH ``fields``): the object as it is now.
+        """Change the object at ``path`` (PATCH ``fields``): the object as it is now (with ``wait``, as
+        :meth:`create` waits).
 
         :raise NotFound: :raise Gone: (deleted) :raise ValidationFailed: ... :raise NoAnswer:
         :raise TypeError: ``fields`` is not a mapping.
         """
-        return self._object("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for)
+        prefer, timeout = waiting(wait, timeout, self.policy)
+        return self._object("PATCH", path, body_of(fields, "fields"), headers=prefer, timeout=timeout,
+                            retry_for=retry_for)
 
-    def delete(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
+    def delete(
+        self, path: str, *, timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
+    ) -> Deletion:
         """Delete the object at ``path``: ``DELETED`` (204, or 202: cluster_svc not told yet), or
         ``ALREADY_GONE`` (410: a retry after a lost answer meets it, as does a delete of an object
-        deleted before). Either way it is deleted.
+        deleted before). Either way it is deleted. With ``wait``, as :meth:`create` waits: a 204
+        then says cluster_svc has it deleted too.
 
         :raise NotFound: no such object in this account. :raise NoAnswer:
         """
-        reply = self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for)
+        prefer, timeout = waiting(wait, timeout, self.policy)
+        reply = self._call("DELETE", path, ok=(202, 204, 410), headers=prefer, timeout=timeout, retry_for=retry_for)
         return Deletion.of(reply)
 
     def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:

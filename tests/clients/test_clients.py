@@ -516,3 +516,27 @@ def test_it_names_itself_and_logs_each_retry_at_debug_and_tells_the_hook(make, s
     assert len({a.request_id for a in seen}) == 1
     retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert len(retries) == 2 and "attempt 1 got connection failed" in retries[0] and "got 503" in retries[1]
+
+
+def test_a_write_may_ask_the_server_to_wait_for_its_outcome_with_room_in_its_timeout(make, server):
+    client = make(PlatformClient, timeout=2.0)
+    server.script(reply(201, OBJECT, {"Idempotency-Status": "completed", "Preference-Applied": "wait=10"}),
+                  reply(200, OBJECT), reply(204, None))
+
+    made = client.create("/v1/things", {"name": "main-db"}, wait=10)
+    client.update("/v1/things/x", {"name": "other"}, wait=3)
+    client.delete("/v1/things/x")
+
+    assert [request.headers.get("Prefer") for request in server.requests] == ["wait=10", "wait=3", None]
+    assert made.meta.idempotency_status == "completed"
+    with pytest.raises(ValueError, match="wait"):
+        client.create("/v1/things", {"name": "main-db"}, wait=-1)
+
+
+def test_a_waiting_call_gets_an_attempt_timeout_beyond_the_wait():
+    from idempotent_pair_client.core import WAIT_SLACK, caller_policy, waiting
+
+    policy = caller_policy(timeout=2.0, retry_for=5.0, pool_size=1)
+    assert waiting(None, None, policy) == ({}, None)
+    assert waiting(10, None, policy) == ({"Prefer": "wait=10"}, 10 + WAIT_SLACK)
+    assert waiting(1, 30.0, policy) == ({"Prefer": "wait=1"}, 30.0)  # a longer timeout of the caller's own stands
