@@ -29,7 +29,7 @@ from marshmallow import Schema, ValidationError
 
 from cluster_svc.models import RESOURCES
 from cluster_svc.schemas import route_schemas
-from shared.api import MAX_BATCH_ITEMS, Blueprint, created_location, documented, no_content, unchanged
+from shared.api import BATCH, MAX_BATCH_ITEMS, Blueprint, created_location, documented, no_content, unchanged
 from shared.coalesce import Coalescer
 from shared.counters import CREATE_OUTCOMES, count_create, count_delete, count_update
 from shared.db import transaction
@@ -262,7 +262,7 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
     Collection.creates = creates  # (for tests: how many flushes, and what waits for the next)
     path = resource.collection_path()
     blp.route(path, endpoint=f"{resource.key}_collection")(Collection)
-    blp.route(f"{path}/batch", endpoint=f"{resource.key}_batch")(Batch)
+    blp.route(f"{path}/{BATCH}", endpoint=f"{resource.key}_batch")(Batch)
 
 
 def _item_routes(blp: Blueprint, resource: Resource) -> None:

@@ -176,14 +176,19 @@ def created_location(object_id: Any) -> str:
     return f"{request.path.rstrip('/')}/{object_id}"
 
 
+BATCH = "batch"  # the path segment of a collection's batch create (cluster_svc)
+
+
 class ObjectIdConverter(BaseConverter):
     """Path segment holding an object's UUID.
 
     A malformed or nil UUID is the caller's mistake, not a missing route, so it
-    answers 422 naming the parameter instead of a bare 404.
+    answers 422 naming the parameter instead of a bare 404. The one exception is the segment that
+    names a collection's batch route (:data:`BATCH`): a method that route does not take is a 405,
+    never "'batch' is not a valid UUID".
     """
 
-    regex = r"[^/]+"
+    regex = rf"(?!{BATCH}$)[^/]+"
 
     def to_python(self, value: str) -> Any:
         try:

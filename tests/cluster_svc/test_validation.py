@@ -529,3 +529,18 @@ def test_openapi_documents_bearer_auth_and_problem_errors(anon):
     for status in ("422", "default"):
         ref = responses[status]["$ref"].rsplit("/", 1)[-1]
         assert "application/problem+json" in spec["components"]["responses"][ref]["content"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/v1/clusters/batch"),
+        ("GET", "/v1/clusters/batch"),
+        ("DELETE", f"/v1/clusters/{SOME}/firewall-rules/batch"),
+    ],
+)
+def test_a_method_the_batch_route_does_not_take_is_405_not_an_invalid_uuid(client, method, path):
+    response = client.open(path, method=method)
+
+    assert_problem(response, 405, "method_not_allowed")  # was 422: "'batch' is not a valid UUID"
+    assert "POST" in response.headers["Allow"].replace(" ", "").split(",")
