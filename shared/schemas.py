@@ -87,10 +87,32 @@ class Text(fields.String):
         return text
 
 
-# What a network in CIDR notation looks like (the document publishes it); the
-# address and prefix are then checked by :mod:`ipaddress`. A bare address is
-# the network of that one host (/32 or /128).
-CIDR_SYNTAX = r"^[0-9A-Fa-f.:]{2,39}(/[0-9]{1,3})?$"
+# What a network in CIDR notation is, exactly (the document publishes it, so a caller's tooling
+# generates only what is accepted): an IPv4 address and a prefix up to 32, or an IPv6 address
+# (any of its :: compressions, its last 32 bits also as an IPv4 address, as PostgreSQL writes
+# ::ffff:10.0.0.0/104; no zone) and a prefix up to 128. Groups that
+# capture nothing and counted repeats only: every language's regular expressions read it. A bare
+# address is the network of that one host (/32 or /128); :mod:`ipaddress` then checks the host
+# bits, which no pattern of a sensible size can.
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HEX = "[0-9A-Fa-f]{1,4}"
+_DOTTED = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_IPV4 = rf"{_DOTTED}(?:/(?:3[0-2]|[12]?[0-9]))?"
+_IPV6 = "(?:" + "|".join([
+    rf"(?:{_HEX}:){{7}}{_HEX}",
+    rf"(?:{_HEX}:){{1,7}}:",
+    rf"(?:{_HEX}:){{1,6}}:{_HEX}",
+    rf"(?:{_HEX}:){{1,5}}(?::{_HEX}){{1,2}}",
+    rf"(?:{_HEX}:){{1,4}}(?::{_HEX}){{1,3}}",
+    rf"(?:{_HEX}:){{1,3}}(?::{_HEX}){{1,4}}",
+    rf"(?:{_HEX}:){{1,2}}(?::{_HEX}){{1,5}}",
+    rf"{_HEX}:(?::{_HEX}){{1,6}}",
+    rf":(?:(?::{_HEX}){{1,7}}|:)",
+    rf"(?:{_HEX}:){{6}}{_DOTTED}",  # the last 32 bits as an IPv4 address
+    rf"::(?:{_HEX}:){{0,5}}{_DOTTED}",
+    *(rf"(?:{_HEX}:){{{left}}}(?::{_HEX}){{0,{5 - left}}}:{_DOTTED}" for left in range(1, 6)),
+]) + ")(?:/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9]))?"
+CIDR_SYNTAX = f"^(?:{_IPV4}|{_IPV6})$"
 
 
 _CIDR_SYNTAX = re.compile(CIDR_SYNTAX)
