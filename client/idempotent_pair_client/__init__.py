@@ -27,11 +27,12 @@ from idempotent_pair_client.errors import (
     Unavailable,
     ValidationFailed,
 )
+from idempotent_pair_client.journal import Journal, OperationReused
 from idempotent_pair_client.platform import PlatformClient
 from idempotent_pair_client.transport import VERSION as __version__
 
 __all__ = [
-    "ClientError", "ClusterClient", "Conflict", "Deletion", "Gone", "IdempotencyKeyReused", "Meta", "NoAnswer",
-    "NotFound", "Object", "Outcome", "PlatformClient", "ProblemError", "RateLimited", "Unauthorized", "Unavailable",
-    "ValidationFailed", "__version__",
+    "ClientError", "ClusterClient", "Conflict", "Deletion", "Gone", "IdempotencyKeyReused", "Journal", "Meta",
+    "NoAnswer", "NotFound", "Object", "OperationReused", "Outcome", "PlatformClient", "ProblemError", "RateLimited",
+    "Unauthorized", "Unavailable", "ValidationFailed", "__version__",
 ]

@@ -35,6 +35,7 @@ from idempotent_pair_client.core import (
     with_query,
 )
 from idempotent_pair_client.errors import ProblemError
+from idempotent_pair_client.journal import Journal, key_for
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
@@ -148,10 +149,12 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
     def __init__(
         self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 10.0,
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         super().__init__(from_environment(base_url, PLATFORM_URL, "platform_svc URL"),
                          from_environment(api_key, KEY_VARIABLE, "API key"),
                          timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+        self.journal = journal  # a local file: its writes are brief, and made before anything is sent
 
     @staticmethod
     def new_idempotency_key() -> str:
@@ -160,12 +163,32 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
     async def create(
         self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
         timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
+        operation: str | None = None,
     ) -> Object:
-        key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
+        body = body_of(body, "body")
+        key = key_for(self.journal, operation, idempotency_key, path, body) or self.new_idempotency_key()
         prefer, timeout = waiting(wait, timeout, self.policy)
-        reply = await self._call("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
-                                 retry_for=retry_for, headers={"Idempotency-Key": key, **prefer})
+        try:
+            reply = await self._call("POST", path, body, ok=(200, 201), timeout=timeout, retry_for=retry_for,
+                                     headers={"Idempotency-Key": key, **prefer})
+        except ProblemError as refused:
+            if operation is not None and self.journal is not None:
+                self.journal.answered(operation, refused.status)
+            raise
+        if operation is not None and self.journal is not None:
+            self.journal.answered(operation, reply.status)
         return as_object(reply, "POST", path)
+
+    async def resume(self) -> list[Object | ProblemError]:
+        if self.journal is None:
+            raise ValueError("resume() needs a journal: AsyncPlatformClient(..., journal=Journal(path))")
+        results: list[Object | ProblemError] = []
+        for begun in self.journal.unanswered():
+            try:
+                results.append(await self.create(begun.path, begun.body, operation=begun.name))
+            except ProblemError as refused:
+                results.append(refused)
+        return results
 
     async def update(
         self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None,

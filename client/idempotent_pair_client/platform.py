@@ -43,6 +43,7 @@ from idempotent_pair_client.core import (
     waiting,
     with_query,
 )
+from idempotent_pair_client.journal import Journal, key_for
 from idempotent_pair_client.resources import PlatformResources
 from idempotent_pair_client.transport import Attempt
 
@@ -70,12 +71,14 @@ class PlatformClient(ServiceClient, PlatformResources):
     def __init__(
         self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 10.0,
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         super().__init__(
             from_environment(base_url, URL_VARIABLE, "platform_svc URL"),
             from_environment(api_key, KEY_VARIABLE, "API key"),
             timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt,
         )
+        self.journal = journal  # named operations' keys, kept across crashes (idempotent_pair_client.journal)
 
     @staticmethod
     def new_idempotency_key() -> str:
@@ -85,20 +88,52 @@ class PlatformClient(ServiceClient, PlatformResources):
     def create(
         self, path: str, body: Mapping[str, Any], idempotency_key: str | None = None, *,
         timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
+        operation: str | None = None,
     ) -> Object:
         """Create an object in the collection at ``path``: the object (``meta.status`` 201), or the one this
         key made (200, ``meta.replayed``). With ``wait``: answered once cluster_svc has it (or it failed),
         or after that many seconds (``meta.idempotency_status``: ``completed``, ``failed``, ``processing``).
+        With ``operation`` (a name of the caller's, and a client given a journal): the key is the
+        operation's, written to the journal before anything is sent, so the same name sends the same
+        key in any process, after a crash too (:meth:`resume`).
 
         :raise ValidationFailed: 422 ``validation_error`` (``fields``: what is wrong with each).
         :raise IdempotencyKeyReused: the key went with another body.
         :raise Gone: the key's object was deleted. :raise NotFound: no such parent. :raise NoAnswer:
         :raise TypeError: ``body`` is not a mapping.
+        :raise ValueError: ``operation`` without a journal, or with an ``idempotency_key``.
+        :raise OperationReused: ``operation`` was begun with another request.
         """
-        key = idempotency_key if idempotency_key is not None else self.new_idempotency_key()
+        body = body_of(body, "body")
+        key = key_for(self.journal, operation, idempotency_key, path, body) or self.new_idempotency_key()
         prefer, timeout = waiting(wait, timeout, self.policy)
-        return self._object("POST", path, body_of(body, "body"), ok=(200, 201),
-                            headers={"Idempotency-Key": key, **prefer}, timeout=timeout, retry_for=retry_for)
+        try:
+            made = self._object("POST", path, body, ok=(200, 201), headers={"Idempotency-Key": key, **prefer},
+                                timeout=timeout, retry_for=retry_for)
+        except ProblemError as refused:  # an answer all the same: sending it again would get the same
+            if operation is not None and self.journal is not None:
+                self.journal.answered(operation, refused.status)
+            raise
+        if operation is not None and self.journal is not None:
+            self.journal.answered(operation, made.meta.status)
+        return made
+
+    def resume(self) -> list[Object | ProblemError]:
+        """Send again every operation of the journal begun and not answered (a crash, or no answer
+        within ``retry_for``), each with its own key: the object it made (or makes now), or the
+        refusal it meets; in the order they were begun.
+
+        :raise ValueError: the client has no journal. :raise NoAnswer: (the rest stays for later)
+        """
+        if self.journal is None:
+            raise ValueError("resume() needs a journal: PlatformClient(..., journal=Journal(path))")
+        results: list[Object | ProblemError] = []
+        for begun in self.journal.unanswered():
+            try:
+                results.append(self.create(begun.path, begun.body, operation=begun.name))
+            except ProblemError as refused:
+                results.append(refused)
+        return results
 
     def update(
         self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None,
