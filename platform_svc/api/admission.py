@@ -19,14 +19,14 @@ request rate:
   carries a mark only it can make (:mod:`platform_svc.api.key_ids`: an HMAC of the id under
   a secret the processes share). So a made-up key id costs no statement at
   all, from one address or thousands: outside the set and unmarked, it is no
-  key. A marked id outside the set (a key issued since the set was read) is
-  answered by a refresh that started after it arrived, so a new key works at
-  its first use; those refreshes are made at most every
-  :data:`MISS_REFRESH_SECONDS`, each answering every id that waited for it.
-  The set's memory: about 11 MB a worker at 100,000 keys (docs/decisions/0022).
-- **a key not seen before** is looked up once (and its last use written). A
-  wrong secret for a key held is refused in memory: it never evicts the key nor
-  refuses its owner.
+  key. The set's memory: about 11 MB a worker at 100,000 keys
+  (docs/decisions/0022).
+- **a key not seen before**, whose id is in the set or carries the mark (a key
+  issued since the set was read: it works at its first use), is looked up once
+  (and its last use written); one that matches nothing (revoked since) is
+  remembered as such until the next change. Only ids the platform issued get
+  this far, so made-up ones never evict a key. A wrong secret for a key held is
+  refused in memory: it never evicts the key nor refuses its owner.
 - **tokens are leased** from the account's window row (``rate_windows``, one
   per account, the database's second) ``limit // 10`` at a time, at least 1:
   at most about ten leases per account and window across every worker. The
@@ -75,7 +75,6 @@ REFRESH_SECONDS = 0.25  # how stale a worker's copy of the keys may get: a revoc
 TOUCH_SECONDS = 60  # how stale a key's last_used_at may get
 LEASES_PER_WINDOW = 10  # a lease is limit // this many tokens, at least 1
 KEPT = 10_000  # keys (and accounts' budgets) one worker keeps, least recently used dropped first
-MISS_REFRESH_SECONDS = 0.05  # the refreshes that answer key ids outside the set: at most this often
 
 
 class TooManyRequests(HttpProblem):
@@ -235,18 +234,11 @@ class Authenticator:
     # Keys ------------------------------------------------------------------------------
 
     def _unknown(self, key_id: str) -> bool:
-        """Whether ``key_id`` is no live key's: outside the set of ids and without the platform's
-        mark (no statement), or marked but outside the set as a refresh that started after this
-        request arrived left it (:meth:`_refresh`, ``since``): a key issued a moment ago is found,
-        and the ids that arrive together share one refresh."""
+        """Whether ``key_id`` is no key the platform issued, told with no statement: outside the set
+        of live ids, and without the platform's mark."""
         if self.ids is None:
             self._read_ids()
-        if key_id in self.ids:
-            return False
-        if not issued_here(self._key_id_secret, key_id):
-            return True
-        self._refresh(since=self.clock())
-        return key_id not in self.ids
+        return key_id not in self.ids and not issued_here(self._key_id_secret, key_id)
 
     def _read_ids(self) -> None:
         def read() -> tuple[Row, str]:
@@ -256,26 +248,18 @@ class Authenticator:
         row, self._key_id_secret = self.database.through_failover(read)
         self.ids, self._ids_generation = frozenset(row.ids), row.generation
 
-    def _refresh(self, since: float | None = None) -> None:
+    def _refresh(self) -> None:
         """Poll the generation (writing the last uses due); re-read the keys held, and the ids,
-        when it moved. With ``since``: unless a refresh started at or after that time, one does,
-        no sooner than :data:`MISS_REFRESH_SECONDS` after the last (waiting for it holds a
-        greenlet, and the lock: the requests behind it share what it reads).
+        when it moved. The requests that queue behind a refresh wait no longer than it does (the
+        database's deadline bounds it): once it has waited in vain for a hung database, they
+        answer 503 at once.
 
-        :raise NoDatabaseInTime: another request's refresh held the database longer than it may
-            (its timeout, and ``DATABASE_WAIT_SECONDS``), or failed less than
-            :data:`REFRESH_SECONDS` ago (a 503, as the failure was).
+        :raise NoDatabaseInTime: the last refresh waited in vain less than :data:`REFRESH_SECONDS`
+            ago (a 503, as its failure was).
         """
-        # As long as the refresh in progress may take: one wait on the database, or a failover's.
-        if not self._refreshing.acquire(timeout=self.database.timeout + self.database.connect_wait):
-            raise NoDatabaseInTime("the keys' refresh waited on the database longer than its timeout")
-        try:
-            if since is not None:
-                if since <= self._refreshed <= self.clock():
-                    return  # a refresh that started after the request arrived: its answer stands
-                self.sleep(min(MISS_REFRESH_SECONDS, max(0.0, self._refreshed + MISS_REFRESH_SECONDS - self.clock())))
+        with self._refreshing:
             started, touch = self.clock(), sorted(self._touch)
-            if since is None and 0 <= started - self._refreshed < REFRESH_SECONDS and not touch:
+            if 0 <= started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
             if started - self._failed < REFRESH_SECONDS:
                 raise NoDatabaseInTime("the keys' last refresh waited on the database in vain a moment ago")
@@ -294,8 +278,6 @@ class Authenticator:
                     self._failed = self.clock()
                 raise
             self._refreshed = started
-        finally:
-            self._refreshing.release()
 
     def _reload(self) -> None:
         """Re-read the keys held, and forget those that matched nothing (a key may have come since).
@@ -322,14 +304,14 @@ class Authenticator:
         self._generation = rows[0].generation
 
     def _look_up(self, key_id: str) -> Key | None:
-        """A key this worker does not hold (its id is in the set): read (its last use written), and
-        kept unless the read is older than what the worker holds. An id that matches nothing (a key
-        revoked since the set was read) is not kept: made-up ids never evict a key."""
+        """A key this worker does not hold, whose id the platform issued (in the set, or marked):
+        read (its last use written), and kept unless the read is older than what the worker holds;
+        one that matches nothing (revoked) is remembered as such until the next change."""
         rows = self._read(ids=[key_id], touch=[key_id])
         row = rows[0]
-        if row.key_id is None:
-            return None
-        key = Key(row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS)
+        key = None if row.key_id is None else Key(
+            row.key_hash, row.account_id, row.rate_limit, self.clock() + TOUCH_SECONDS
+        )
         if not self._keys:
             self._generation = row.generation  # all the worker holds is this read's
         if row.generation >= self._generation:
