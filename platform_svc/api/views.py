@@ -70,8 +70,8 @@ PREFER = {
     "required": False,
     "description": f"wait=N (RFC 7240): answer once the object is completed or failed (Idempotency-Status), or after"
     f" N seconds (at most {waiting.MAX_WAIT}), whichever comes first; the answer then says Preference-Applied."
-    " Waiting holds no database connection.",
-    "schema": {"type": "string", "maxLength": 255},
+    " Waiting holds no database connection. Any other preference is ignored, as RFC 7240 says.",
+    "schema": {"type": "string"},
 }
 WRITE_HEADERS = {
     **STATUS_HEADERS,
