@@ -28,6 +28,17 @@ def rule_body(**overrides: Any) -> dict[str, Any]:
     return {**PUBLIC_RULE, **overrides}
 
 
+def squat_downstream(cluster_svc_url: str, token: str, created: dict[str, Any]) -> None:
+    """Another team's cluster created in cluster_svc under the ID of ``created`` (a platform cluster
+    not pushed yet, made in eu-west-1): its push then meets an id_conflict."""
+    import requests
+
+    squatter = {**cluster_body(region="us-east-1"), "id": created["id"], "team_id": created["id"]}
+    answer = requests.post(f"{cluster_svc_url}/v1/clusters", json=squatter,
+                           headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert answer.status_code == 201, answer.text
+
+
 def internal_cluster_body(**overrides: Any) -> dict[str, Any]:
     """cluster_svc's create body of a cluster: the caller's ID and team, new each time."""
     return {"id": str(uuid.uuid4()), "team_id": str(uuid.uuid4()), **PUBLIC_CLUSTER, **overrides}

@@ -26,7 +26,7 @@ from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
 from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
 from shared.client import Answer, InternalClient, Outcome
 from shared.declaration import HIGHEST_GENERATION
-from tests.helpers import cluster_body, rule_body
+from tests.helpers import cluster_body, rule_body, squat_downstream
 from tooling.pair import TOKEN
 from tooling.testing import assert_problem, db_row
 
@@ -290,10 +290,7 @@ def test_an_id_conflict_downstream_marks_the_row_failed_and_is_not_retried(
     offline_client, cluster_svc, platform_database, live_pusher, downstream_engine
 ):
     created = offline_client.post("/v1/clusters", json=cluster_body(region="eu-west-1")).get_json()
-    squatter = {**cluster_body(region="us-east-1"), "id": created["id"], "team_id": created["id"]}
-    assert requests.post(
-        f"{cluster_svc.url}/v1/clusters", json=squatter, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
-    ).status_code == 201
+    squat_downstream(cluster_svc.url, TOKEN, created)
 
     reconcile_once(live_pusher)
 
