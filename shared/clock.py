@@ -229,12 +229,16 @@ class ClockWatch:
             log.warning("503 clock_skew: %s", detail)
             raise ClockSkew(detail)
 
-    def check_minted(self, minted_millis: int, database_time: float) -> None:
-        """An ID minted on this host's clock, against the database's time in the statement that stored it.
+    def check_minted(self, minted_millis: int, database_time: float, received: float | None = None) -> None:
+        """An ID minted on this host's clock, against the database's time in the statement that stored it,
+        which came back at ``received`` on this host's clock (now, unless given). The database took its
+        time at some moment between the two: only what lies outside that is skew (:func:`offset_within`),
+        so a statement that waited for a starved server is no clock behind.
 
         :raise ClockSkew: they differ by more than the bound (the caller's transaction rolls back).
         """
-        offset = database_time - minted_millis / 1000
+        received = self.clock() if received is None else received
+        offset = offset_within(database_time - received, database_time - minted_millis / 1000)
         if abs(offset) > self.bound:
             self._observe(DATABASE, offset)
             detail = (f"This server's clock is {_describe(offset)} its database's (more than {self.bound:.3g} s): "

@@ -114,9 +114,18 @@ def test_between_measurements_a_steady_clock_costs_no_query(watch, database, hos
 
 def test_an_id_minted_far_from_the_database_time_that_stores_it_is_refused(watch):
     now = time.time()
-    watch.check_minted(int(now * 1000), now + 0.5)  # a moment apart
+    watch.check_minted(int(now * 1000), now + 0.5, received=now + 0.5)  # a moment apart
     with pytest.raises(ClockSkew):
-        watch.check_minted(int((now + 600) * 1000), now)
+        watch.check_minted(int((now + 600) * 1000), now, received=now)  # minted 10 minutes ahead
+    with pytest.raises(ClockSkew):
+        watch.check_minted(int(now * 1000), now + 600, received=now + 1)  # stored 10 minutes after it came back
+
+
+def test_a_statement_that_waited_for_a_starved_server_is_no_skew(watch):
+    """The database's time was taken at an unknown moment between the mint and the statement's
+    return: a statement that came back 5 s later (a server starved of CPU) proves no clock behind."""
+    now = time.time()
+    watch.check_minted(int(now * 1000), now + 5, received=now + 5.1)
 
 
 def test_a_date_header_gives_cluster_svc_offset_to_the_second(watch):
