@@ -106,14 +106,15 @@ def answered(row: RowMapping) -> RowMapping:
     return row
 
 
-def waited(resource: Resource, row: RowMapping) -> tuple[RowMapping, dict[str, str]]:
-    """``row`` once it settled, when the request asked to wait for it (``Prefer: wait=N``, see
-    :mod:`platform_svc.api.waiting`), with the header saying so; else ``row`` as it is."""
+def written(resource: Resource, row: RowMapping) -> tuple[RowMapping, dict[str, str]]:
+    """What a write answers: ``row``, once it settled when the request asked to wait for it
+    (``Prefer: wait=N``, :mod:`platform_svc.api.waiting`), with the header saying so, and its
+    ``Idempotency-Status`` (:func:`answered`)."""
     seconds = waiting.preferred_wait(request.headers.getlist("Prefer"))
     if seconds is None:
-        return row, {}
+        return answered(row), {}
     row = waiting.wait_for_outcome(current_app.extensions["database"], resource, row, seconds)
-    return row, waiting.applied(seconds)
+    return answered(row), waiting.applied(seconds)
 
 
 def add_idempotency_status(response: Response) -> Response:
@@ -146,14 +147,14 @@ def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapp
                 horizon=horizon(), clock=current_app.extensions["clock"],
             )
     if not created:  # counted like any request: it costs the server a read
-        row, preference = waited(resource, row)
-        return answered(row), 200, {
+        row, preference = written(resource, row)
+        return row, 200, {
             "Location": created_location(row["id"]), "Idempotent-Replayed": "true", **preference,
         }
     if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
         row = pusher().push_now(resource, row)  # never raises: the intent is committed
-    row, preference = waited(resource, row)
-    return answered(row), 201, {"Location": created_location(row["id"]), **preference}
+    row, preference = written(resource, row)
+    return row, 201, {"Location": created_location(row["id"]), **preference}
 
 
 def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], CreateResult]:
@@ -305,8 +306,8 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     changes=changes, horizon=horizon(), **scope,
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            row, preference = waited(resource, push_if_claimed(resource, row, claimed))
-            return answered(row), 200, preference
+            row, preference = written(resource, push_if_claimed(resource, row, claimed))
+            return row, 200, preference
 
         @blp.doc(parameters=[PREFER])
         @blp.response(204, description="Deleted, and cluster_svc confirmed it", headers=WRITE_HEADERS)
@@ -323,8 +324,8 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
                     horizon=horizon(), **scope
                 )
                 claimed = claim_for_push(resource, row, db_session)
-            row, preference = waited(resource, push_if_claimed(resource, row, claimed))
-            return deleted_answer(answered(row), out, preference)
+            row, preference = written(resource, push_if_claimed(resource, row, claimed))
+            return deleted_answer(row, out, preference)
 
     blp.route(resource.item_path(), endpoint=resource.key)(Item)
 
