@@ -35,7 +35,7 @@ from idempotent_pair_client.core import (
     with_query,
 )
 from idempotent_pair_client.errors import ProblemError
-from idempotent_pair_client.journal import Journal, key_for
+from idempotent_pair_client.journal import Journal, key_for, note_answer
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
@@ -172,11 +172,9 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
             reply = await self._call("POST", path, body, ok=(200, 201), timeout=timeout, retry_for=retry_for,
                                      headers={"Idempotency-Key": key, **prefer})
         except ProblemError as refused:
-            if operation is not None and self.journal is not None:
-                self.journal.answered(operation, refused.status)
+            note_answer(self.journal, operation, refused.status)
             raise
-        if operation is not None and self.journal is not None:
-            self.journal.answered(operation, reply.status)
+        note_answer(self.journal, operation, reply.status)
         return as_object(reply, "POST", path)
 
     async def resume(self) -> list[Object | ProblemError]:

@@ -152,6 +152,13 @@ def _operation(row: sqlite3.Row) -> Operation:
                      row["status"])
 
 
+def note_answer(journal: Journal | None, operation: str | None, status: int) -> None:
+    """A create's answer (a refusal too: sending it again would get the same), recorded for its
+    operation when it names one."""
+    if operation is not None and journal is not None:
+        journal.answered(operation, status)
+
+
 def key_for(journal: Journal | None, operation: str | None, idempotency_key: str | None, path: str,
             body: Mapping[str, Any]) -> str | None:
     """The key a create sends: its operation's, from the journal (begun there now if new), or the one

@@ -43,7 +43,7 @@ from idempotent_pair_client.core import (
     waiting,
     with_query,
 )
-from idempotent_pair_client.journal import Journal, key_for
+from idempotent_pair_client.journal import Journal, key_for, note_answer
 from idempotent_pair_client.resources import PlatformResources
 from idempotent_pair_client.transport import Attempt
 
@@ -110,12 +110,10 @@ class PlatformClient(ServiceClient, PlatformResources):
         try:
             made = self._object("POST", path, body, ok=(200, 201), headers={"Idempotency-Key": key, **prefer},
                                 timeout=timeout, retry_for=retry_for)
-        except ProblemError as refused:  # an answer all the same: sending it again would get the same
-            if operation is not None and self.journal is not None:
-                self.journal.answered(operation, refused.status)
+        except ProblemError as refused:
+            note_answer(self.journal, operation, refused.status)
             raise
-        if operation is not None and self.journal is not None:
-            self.journal.answered(operation, made.meta.status)
+        note_answer(self.journal, operation, made.meta.status)
         return made
 
     def resume(self) -> list[Object | ProblemError]:
