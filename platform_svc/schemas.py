@@ -10,6 +10,7 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, validate, validates_schema
 
+from platform_svc.states import STORED
 from shared.declaration import Declaration
 from shared.openapi import FullMatch
 from shared.registry import Resource
@@ -48,7 +49,10 @@ class Patch:
 
 class SyncedOut(OutputSchema):
     generation = fields.Integer()
-    sync_state = fields.String(metadata={"description": "pending, synced or failed"})
+    sync_state = fields.String(
+        validate=validate.OneOf(STORED),
+        metadata={"description": "pending (cluster_svc has not confirmed it yet), synced, or failed"},
+    )
     sync_error = fields.String(allow_none=True, metadata={"description": "Why the last push did not succeed"})
     synced_at = fields.DateTime(allow_none=True)
     created_at = fields.DateTime()

@@ -126,7 +126,7 @@ class Synced:
 
     def __getattr__(self, name: str):
         found = getattr(self.client, name)
-        if inspect.isasyncgenfunction(found):
+        if name == "list":  # an AsyncPager: every object, walked
             return lambda *args, **kwargs: iter(self.run(_collect(found(*args, **kwargs))))
         if inspect.iscoroutinefunction(found):
             return lambda *args, **kwargs: self.run(found(*args, **kwargs))

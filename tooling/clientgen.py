@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from marshmallow import fields
+from marshmallow import fields, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "client" / "idempotent_pair_client" / "resources.py"
@@ -25,13 +25,16 @@ resource declarations (each service's bodies); do not edit (a test fails while i
 
 Each resource has, per service, a record of the object as answered (frozen dataclass: ``meta``
 says how it was answered; cluster_svc's are ``Internal...``), a create body and an update body
-(TypedDicts), and a collection on each client and its async twin (the ``...Resources`` mixins).
+(TypedDicts), a collection whose ``list`` names the listing's filters, and an accessor of it on
+each client and its async twin (the ``...Resources`` mixins). A field with a closed vocabulary
+has it as a ``Literal`` (``Region``, ``Plan``, ``SyncState``).
 
 (No ``from __future__ import annotations`` here: a TypedDict reads ``NotRequired`` only from
 evaluated annotations.)
 """
 import dataclasses
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 from idempotent_pair_client.accessors import (
     AsyncCollection,
@@ -40,16 +43,36 @@ from idempotent_pair_client.accessors import (
     InternalCollection,
     Record,
 )
+from idempotent_pair_client.pages import AsyncPager, Page
 
 if TYPE_CHECKING:
 {client_imports}
-'''
+
+__all__ = [
+{exported}
+]
+{vocabularies}'''
 
 
 def python_type(field: fields.Field) -> str:
-    """The Python type of a field's JSON value (UUIDs, times and networks are strings on the wire)."""
-    base = "int" if isinstance(field, fields.Integer) else "bool" if isinstance(field, fields.Boolean) else "str"
+    """The Python type of a field's JSON value, as a record or a body holds it: a closed vocabulary's
+    ``Literal`` (by :func:`vocabulary`'s name), a time a ``datetime``; UUIDs and networks are strings."""
+    if vocabulary(field):
+        base = _camel(field.name)
+    elif isinstance(field, fields.DateTime):
+        base = "datetime"
+    else:
+        base = "int" if isinstance(field, fields.Integer) else "bool" if isinstance(field, fields.Boolean) else "str"
     return f"{base} | None" if field.allow_none else base
+
+
+def vocabulary(field: fields.Field) -> tuple[str, ...]:
+    """The values a field may hold when its declaration closes them (``OneOf``), else ()."""
+    return next((tuple(map(str, v.choices)) for v in field.validators if isinstance(v, validate.OneOf)), ())
+
+
+def _camel(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
 
 
 @dataclass(frozen=True)
@@ -101,22 +124,42 @@ def render() -> str:
     import platform_svc.models
     import platform_svc.schemas
 
-    services = [_with_clients(PLATFORM), _with_clients(INTERNAL)]
+    services = [
+        (_with_clients(PLATFORM), platform_svc.models.RESOURCES, platform_svc.schemas.route_schemas,
+         lambda resource: platform_svc.schemas.ListArgs),
+        (_with_clients(INTERNAL), cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas,
+         lambda resource: cluster_svc.schemas.route_schemas(resource)["list_args"]),
+    ]
     by_module: dict[str, list[str]] = {}
-    for client in sorted((c for service in services for c in service.clients), key=lambda c: c.__name__):
+    for client in sorted((c for service, *_ in services for c in service.clients), key=lambda c: c.__name__):
         by_module.setdefault(client.__module__, []).append(client.__name__)
     imports = [f"    from {module} import {', '.join(names)}" for module, names in sorted(by_module.items())]
-    return HEADER.format(client_imports="\n".join(imports)) + \
-        _service(services[0], platform_svc.models.RESOURCES, platform_svc.schemas.route_schemas) + \
-        _service(services[1], cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas)
+    generated = [_service(*service) for service in services]
+    vocabularies: dict[str, tuple[str, ...]] = {}
+    for _, _, names in generated:
+        vocabularies.update(names)
+    exported = sorted([*vocabularies, *(name for _, names, _ in generated for name in names)])
+    return HEADER.format(
+        client_imports="\n".join(imports),
+        exported="\n".join(f"    {name!r}," for name in exported).replace("'", '"'),
+        vocabularies="".join(f"\n{name} = Literal[{', '.join(map(repr, values))}]\n".replace("'", '"')
+                             for name, values in sorted(vocabularies.items())),
+    ) + "".join(text for text, _, _ in generated)
 
 
-def _service(service: Service, registry, route_schemas) -> str:
-    parts = []
+def _service(service: Service, registry, route_schemas, list_args) -> tuple[str, list[str], dict[str, tuple]]:
+    """One service's part of the module: its text, the names it defines for callers, and the
+    closed vocabularies its fields use."""
+    parts, exported, vocabularies = [], [], {}
     accessors: tuple[list[str], ...] = tuple([] for _ in service.accessors)
     for resource in registry:
         name, schemas = service.prefix + resource.declaration.camel, route_schemas(resource)
         out, create, update = (schemas[role]().fields for role in ("out", "create", service.update_role))
+        filters = list_args(resource)().fields
+        for field in (*out.values(), *create.values(), *update.values()):
+            if vocabulary(field):
+                vocabularies[_camel(field.name)] = vocabulary(field)
+        exported += [name, f"{name}Create", f"{name}Update"]
         parts.append(f'''
 
 @dataclasses.dataclass(frozen=True)
@@ -142,21 +185,23 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
         path = "/v1" + resource.collection_path({column: f"{{{column}}}" for column in ids})
         for twin, (_, client, collection) in enumerate(service.accessors):
             typed = f"{collection}[{name}, {name}Create, {name}Update]"
+            plural = ("Async" if twin else "") + service.prefix + _camel(resource.plural)
+            pager = "AsyncPager" if twin else "Page"
+            parts.append(_collection(plural, typed, name, pager, filters, resource.words))
+            exported.append(plural)
             if ids:
                 params = ", ".join(f"{column}: str" for column in ids)
                 accessors[twin].append(f'''
-    def {resource.plural}(
-        self: "{client}", {params}
-    ) -> {typed}:
+    def {resource.plural}(self: "{client}", {params}) -> {plural}:
         """The {resource.words.replace("_", " ")}s under one {resource.parent.words}."""
-        return {collection}(self, f"{path}", {name})
+        return {plural}(self, f"{path}", {name})
 ''')
             else:
                 accessors[twin].append(f'''
     @property
-    def {resource.plural}(self: "{client}") -> {typed}:
+    def {resource.plural}(self: "{client}") -> {plural}:
         """Every {resource.words} {"of the account" if service.prefix == "" else "(every team's)"}."""
-        return {collection}(self, "{path}", {name})
+        return {plural}(self, "{path}", {name})
 ''')
     for twin, (mixin, client, _) in enumerate(service.accessors):
         parts.append(f'''
@@ -164,7 +209,30 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
 class {mixin}:
     """{service.said}'s collections by name, which :class:`{client}` has."""
 ''' + "".join(accessors[twin]))
-    return "".join(parts)
+    return "".join(parts), exported, vocabularies
+
+
+def _collection(plural: str, typed: str, record: str, pager: str, filters: dict, words: str) -> str:
+    """A collection of one resource, its ``list`` naming the listing's filters (a misspelt one is
+    mypy's error, and Python's)."""
+    params = "".join(f"        {name}: {python_type(field).removesuffix(' | None')} | None = None,\n"
+                     for name, field in filters.items())
+    passed = ", ".join(f'"{name}": {name}' for name in filters)
+    return f'''
+
+class {plural}({typed}):
+    """{words.replace("_", " ").capitalize()}s: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+{params}        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> {pager}[{record}]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page.{" ``idempotency_key``: only what a create with that key made." if "idempotency_key" in filters else ""}"""
+        return self._list({{{passed}}}, timeout, retry_for)
+'''
 
 
 def _ordered(resource, out: dict) -> list[str]:

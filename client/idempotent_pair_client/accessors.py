@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 
-from idempotent_pair_client.core import Deletion, Meta, Object
+from idempotent_pair_client.core import Deletion, Meta
+from idempotent_pair_client.pages import AsyncPage, AsyncPager, Page
 
 if TYPE_CHECKING:
     from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
@@ -24,26 +26,39 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Record:
-    """An object as the service answered it, as a typed record; ``meta``: how it was answered (None in a listing).
-    Fields a newer service adds are kept in ``extra``, never refused."""
+    """An object as the service answered it, as a typed record (times as aware ``datetime`` s);
+    ``meta``: how the call that answered it was answered (a listing's: its page's). Fields a newer
+    service adds are kept in ``extra``, never refused."""
 
-    meta: Meta | None = dataclasses.field(default=None, compare=False, repr=False)
+    meta: Meta = dataclasses.field(compare=False, repr=False)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, found: Mapping[str, Any], meta: Meta | None = None) -> Self:
+    def of(cls, found: Mapping[str, Any], meta: Meta) -> Self:
         """The record of an answered object: its fields (None for one the answer lacks), ``meta``, and the rest."""
-        known = {name: found.get(name) for name in _names(cls)}
+        names, times = _fields(cls)
+        known = {name: _time(found.get(name)) if name in times else found.get(name) for name in names}
         return cls(**known, meta=meta, extra={k: v for k, v in found.items() if k not in known})
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _names(type(self))} | dict(self.extra)
+        """The record's fields and ``extra``, as Python values (less ``meta``)."""
+        return {name: getattr(self, name) for name in _fields(type(self))[0]} | dict(self.extra)
 
 
 @functools.cache
-def _names(record: type[Record]) -> tuple[str, ...]:
-    """A record's fields, less ``meta`` and ``extra``."""
-    return tuple(f.name for f in dataclasses.fields(record) if f.name not in ("meta", "extra"))
+def _fields(record: type) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A record's fields (less ``meta`` and ``extra``), and those that hold a time."""
+    found = [f for f in dataclasses.fields(record) if f.name not in ("meta", "extra")]
+    return tuple(f.name for f in found), frozenset(f.name for f in found if _is_time(f.type))
+
+
+def _is_time(annotation: object) -> bool:
+    return annotation is datetime or datetime in getattr(annotation, "__args__", ())
+
+
+def _time(value: Any) -> Any:
+    """An answered time (ISO 8601 text) as a ``datetime``; None stays None."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 R = TypeVar("R", bound=Record)
@@ -52,7 +67,8 @@ U = TypeVar("U", bound=Mapping[str, Any])
 
 
 class _Reads(Generic[R]):
-    """What every collection reads the same way, whichever service: one object, and the listing."""
+    """What every collection reads the same way, whichever service: one object, and the listing
+    (each generated collection's ``list`` names its own filters)."""
 
     def __init__(self, client: PlatformClient | ClusterClient, path: str, record: type[R]) -> None:
         self.client = client
@@ -60,12 +76,13 @@ class _Reads(Generic[R]):
         self.record = record
 
     def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        """The object with this ID. :raise NotFound: :raise Gone: (deleted) :raise NoAnswer:"""
         answered = self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
 
-    def list(self, **filters: str | int | bool | None) -> Iterator[R]:
-        """Every object, page after page, as the iterator is consumed."""
-        return (self.record.of(found) for found in self.client.list(self.path, **filters))
+    def _list(self, filters: Mapping[str, str | int | bool | None], timeout: float | None,
+              retry_for: float | None) -> Page[R]:
+        return self.client.list(self.path, timeout=timeout, retry_for=retry_for, **filters).map(self.record.of)
 
 
 class _AsyncReads(Generic[R]):
@@ -77,39 +94,64 @@ class _AsyncReads(Generic[R]):
         self.record = record
 
     async def get(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        """The object with this ID. :raise NotFound: :raise Gone: (deleted) :raise NoAnswer:"""
         answered = await self.client.get(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
 
-    async def list(self, **filters: str | int | bool | None) -> AsyncIterator[R]:
-        async for found in self.client.list(self.path, **filters):
-            yield self.record.of(found)
+    def _list(self, filters: Mapping[str, str | int | bool | None], timeout: float | None,
+              retry_for: float | None) -> AsyncPager[R]:
+        listed = self.client.list(self.path, timeout=timeout, retry_for=retry_for, **filters)
+
+        async def first() -> AsyncPage[R]:
+            return (await listed).map(self.record.of)
+
+        return AsyncPager(first)
 
 
 class Collection(_Reads[R], Generic[R, C, U]):
-    """One collection of platform_svc's public API (``path``), its objects as ``record`` s."""
+    """One collection of platform_svc's public API (``path``), its objects as ``record`` s: each call
+    is :class:`~idempotent_pair_client.platform.PlatformClient`'s of the same name, typed."""
 
     client: PlatformClient
 
     def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
-        retry_for: float | None = None,
+        retry_for: float | None = None, wait: int | None = None, operation: str | None = None,
     ) -> R:
-        """The object created (``meta.status`` 201), or the one this key made (200, ``meta.replayed``)."""
-        return self._record(self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for))
+        """The object created (``meta.status`` 201), or the one this key (or ``operation``) made (200,
+        ``meta.replayed``); ``wait``: answered once cluster_svc has it, or after that many seconds.
 
-    def update(self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        return self._record(self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout,
-                                               retry_for=retry_for))
-
-    def delete(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
-        return self.client.delete(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
-
-    def find_by_idempotency_key(self, key: str) -> R | None:
-        found = self.client.find_by_idempotency_key(self.path, key)
-        return None if found is None else self.record.of(found)
-
-    def _record(self, answered: Object) -> R:
+        :raise ValidationFailed: :raise IdempotencyKeyReused: :raise NotFound: (no such parent) :raise NoAnswer:"""
+        answered = self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for,
+                                      wait=wait, operation=operation)
         return self.record.of(answered, answered.meta)
+
+    def update(
+        self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
+    ) -> R:
+        """Change the object (PATCH ``fields``): the object as it is now, one generation on.
+
+        :raise NotFound: :raise Gone: (deleted) :raise ValidationFailed: :raise NoAnswer:"""
+        answered = self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout, retry_for=retry_for,
+                                      wait=wait)
+        return self.record.of(answered, answered.meta)
+
+    def delete(
+        self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
+    ) -> Deletion:
+        """Delete the object: ``DELETED``, or ``ALREADY_GONE`` (deleted before); either way it is deleted.
+
+        :raise NotFound: :raise NoAnswer:"""
+        return self.client.delete(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for, wait=wait)
+
+    def find_by_idempotency_key(
+        self, key: str, *, timeout: float | None = None, retry_for: float | None = None,
+    ) -> R | None:
+        """The live object a create with ``key`` made, or None: a lost answer's outcome, no body resent."""
+        found = self.client.find_by_idempotency_key(self.path, key, timeout=timeout, retry_for=retry_for)
+        return None if found is None else self.record.of(found, found.meta)
 
 
 class AsyncCollection(_AsyncReads[R], Generic[R, C, U]):
@@ -119,23 +161,35 @@ class AsyncCollection(_AsyncReads[R], Generic[R, C, U]):
 
     async def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
-        retry_for: float | None = None,
+        retry_for: float | None = None, wait: int | None = None, operation: str | None = None,
     ) -> R:
-        answered = await self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for)
+        """:meth:`Collection.create`, awaited."""
+        answered = await self.client.create(self.path, body, idempotency_key, timeout=timeout, retry_for=retry_for,
+                                            wait=wait, operation=operation)
         return self.record.of(answered, answered.meta)
 
     async def update(
-        self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None
+        self, object_id: str, fields: U, *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
     ) -> R:
-        answered = await self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout, retry_for=retry_for)
+        """:meth:`Collection.update`, awaited."""
+        answered = await self.client.update(f"{self.path}/{object_id}", fields, timeout=timeout, retry_for=retry_for,
+                                            wait=wait)
         return self.record.of(answered, answered.meta)
 
-    async def delete(self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None) -> Deletion:
-        return await self.client.delete(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for)
+    async def delete(
+        self, object_id: str, *, timeout: float | None = None, retry_for: float | None = None,
+        wait: int | None = None,
+    ) -> Deletion:
+        """:meth:`Collection.delete`, awaited."""
+        return await self.client.delete(f"{self.path}/{object_id}", timeout=timeout, retry_for=retry_for, wait=wait)
 
-    async def find_by_idempotency_key(self, key: str) -> R | None:
-        found = await self.client.find_by_idempotency_key(self.path, key)
-        return None if found is None else self.record.of(found)
+    async def find_by_idempotency_key(
+        self, key: str, *, timeout: float | None = None, retry_for: float | None = None,
+    ) -> R | None:
+        """:meth:`Collection.find_by_idempotency_key`, awaited."""
+        found = await self.client.find_by_idempotency_key(self.path, key, timeout=timeout, retry_for=retry_for)
+        return None if found is None else self.record.of(found, found.meta)
 
 
 class InternalCollection(_Reads[R], Generic[R, C, U]):
@@ -144,7 +198,9 @@ class InternalCollection(_Reads[R], Generic[R, C, U]):
     client: ClusterClient
 
     def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
-        """The object created (``meta.status`` 201) or already there (200)."""
+        """The object created (``meta.status`` 201) or already there (200).
+
+        :raise Conflict: (``id_conflict``: the ID is another object's) :raise Gone: (deleted) :raise NoAnswer:"""
         answered = self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
 
@@ -152,6 +208,9 @@ class InternalCollection(_Reads[R], Generic[R, C, U]):
         self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,
         retry_for: float | None = None,
     ) -> R:
+        """Bring the object to ``generation`` (PUT every mutable field): the object as it is now.
+
+        :raise Conflict: (a newer generation is there) :raise NotFound: :raise Gone: :raise NoAnswer:"""
         answered = self.client.update(f"{self.path}/{object_id}", fields, generation=generation, timeout=timeout,
                                       retry_for=retry_for)
         return self.record.of(answered, answered.meta)
@@ -160,6 +219,10 @@ class InternalCollection(_Reads[R], Generic[R, C, U]):
         self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Deletion:
+        """Delete the object: ``DELETED``, ``ALREADY_GONE``, or ``NEVER_SEEN`` (a tombstone keeps the ID);
+        ``unknown="refuse"``: an unknown ID raises NotFound and nothing is sent.
+
+        :raise NotFound: :raise NoAnswer:"""
         return self.client.delete(f"{self.path}/{object_id}", unknown=unknown, timeout=timeout, retry_for=retry_for)
 
 
@@ -169,6 +232,7 @@ class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
     client: AsyncClusterClient
 
     async def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
+        """:meth:`InternalCollection.create`, awaited."""
         answered = await self.client.create(self.path, body, timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
 
@@ -176,6 +240,7 @@ class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
         self, object_id: str, fields: U, *, generation: int, timeout: float | None = None,
         retry_for: float | None = None,
     ) -> R:
+        """:meth:`InternalCollection.update`, awaited."""
         answered = await self.client.update(f"{self.path}/{object_id}", fields, generation=generation,
                                             timeout=timeout, retry_for=retry_for)
         return self.record.of(answered, answered.meta)
@@ -184,5 +249,6 @@ class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
         self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Deletion:
+        """:meth:`InternalCollection.delete`, awaited."""
         return await self.client.delete(f"{self.path}/{object_id}", unknown=unknown, timeout=timeout,
                                         retry_for=retry_for)

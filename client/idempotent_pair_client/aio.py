@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, Self
 
 import httpx
@@ -22,6 +22,7 @@ from idempotent_pair_client.cluster import TOKEN_VARIABLE, _item_results
 from idempotent_pair_client.cluster import URL_VARIABLE as CLUSTER_URL
 from idempotent_pair_client.core import (
     Deletion,
+    Meta,
     Object,
     as_object,
     body_of,
@@ -30,6 +31,7 @@ from idempotent_pair_client.core import (
     expect,
     from_environment,
     page_of,
+    paged,
     query_of,
     waiting,
     with_query,
@@ -37,6 +39,7 @@ from idempotent_pair_client.core import (
 from idempotent_pair_client.errors import ProblemError
 from idempotent_pair_client.journal import Journal, key_for, note_answer
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
+from idempotent_pair_client.pages import AsyncPage, AsyncPager
 from idempotent_pair_client.platform import KEY_VARIABLE
 from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
 from idempotent_pair_client.resources import AsyncClusterResources, AsyncPlatformResources
@@ -111,20 +114,25 @@ class AsyncServiceClient:
         self.on_attempt = on_attempt
 
     async def get(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Object:
+        """:meth:`~idempotent_pair_client.core.ServiceClient.get`, awaited."""
         return as_object(await self._call("GET", path, timeout=timeout, retry_for=retry_for), "GET", path)
 
-    async def list(self, path: str, **filters: str | int | bool | None) -> AsyncIterator[dict[str, Any]]:
-        """Every object of the listing at ``path``, page after page, as the iterator is consumed."""
+    def list(
+        self, path: str, *, timeout: float | None = None, retry_for: float | None = None,
+        **filters: str | int | bool | None,
+    ) -> AsyncPager[dict[str, Any]]:
+        """The listing at ``path``: ``await`` it for its first page, ``async for`` over it for every object."""
         query = query_of(filters)
-        while True:
-            items, next_after = page_of(await self._call("GET", with_query(path, query)), path)
-            for item in items:
-                yield item
-            if not next_after:
-                return
-            query["after"] = str(next_after)
+
+        async def fetch(after: str | None = None) -> AsyncPage[dict[str, Any]]:
+            reply = await self._call("GET", with_query(path, paged(query, after)), timeout=timeout,
+                                     retry_for=retry_for)
+            return AsyncPage(*page_of(reply, path), Meta.of(reply), fetch)
+
+        return AsyncPager(fetch)
 
     async def close(self) -> None:
+        """:meth:`~idempotent_pair_client.core.ServiceClient.close`, awaited."""
         await self.transport.close()
 
     async def __aenter__(self) -> Self:
@@ -158,6 +166,7 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
 
     @staticmethod
     def new_idempotency_key() -> str:
+        """A fresh key (a UUIDv7), as :meth:`~idempotent_pair_client.platform.PlatformClient.new_idempotency_key`."""
         return str(uuid6.uuid7())
 
     async def create(
@@ -165,6 +174,7 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
         timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
         operation: str | None = None,
     ) -> Object:
+        """:meth:`~idempotent_pair_client.platform.PlatformClient.create`, awaited."""
         body = body_of(body, "body")
         key = key_for(self.journal, operation, idempotency_key, path, body) or self.new_idempotency_key()
         prefer, timeout = waiting(wait, timeout, self.policy)
@@ -177,13 +187,17 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
         note_answer(self.journal, operation, reply.status)
         return as_object(reply, "POST", path)
 
-    async def resume(self) -> list[Object | ProblemError]:
+    async def resume(
+        self, *, timeout: float | None = None, retry_for: float | None = None,
+    ) -> list[Object | ProblemError]:
+        """:meth:`~idempotent_pair_client.platform.PlatformClient.resume`, awaited."""
         if self.journal is None:
             raise ValueError("resume() needs a journal: AsyncPlatformClient(..., journal=Journal(path))")
         results: list[Object | ProblemError] = []
         for begun in self.journal.unanswered():
             try:
-                results.append(await self.create(begun.path, begun.body, operation=begun.name))
+                results.append(await self.create(begun.path, begun.body, operation=begun.name, timeout=timeout,
+                                                 retry_for=retry_for))
             except ProblemError as refused:
                 results.append(refused)
         return results
@@ -192,6 +206,7 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
         self, path: str, fields: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None,
         wait: int | None = None,
     ) -> Object:
+        """:meth:`~idempotent_pair_client.platform.PlatformClient.update`, awaited."""
         prefer, timeout = waiting(wait, timeout, self.policy)
         reply = await self._call("PATCH", path, body_of(fields, "fields"), timeout=timeout, retry_for=retry_for,
                                  headers=prefer)
@@ -200,14 +215,18 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
     async def delete(
         self, path: str, *, timeout: float | None = None, retry_for: float | None = None, wait: int | None = None,
     ) -> Deletion:
+        """:meth:`~idempotent_pair_client.platform.PlatformClient.delete`, awaited."""
         prefer, timeout = waiting(wait, timeout, self.policy)
         reply = await self._call("DELETE", path, ok=(202, 204, 410), timeout=timeout, retry_for=retry_for,
                                  headers=prefer)
         return Deletion.of(reply)
 
-    async def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
-        items, _ = page_of(await self._call("GET", with_query(path, {"idempotency_key": key})), path)
-        return items[0] if items else None
+    async def find_by_idempotency_key(
+        self, path: str, key: str, *, timeout: float | None = None, retry_for: float | None = None,
+    ) -> Object | None:
+        """:meth:`~idempotent_pair_client.platform.PlatformClient.find_by_idempotency_key`, awaited."""
+        found = await self.list(path, idempotency_key=key, timeout=timeout, retry_for=retry_for)
+        return Object(found.data[0], found.meta) if found.data else None
 
 
 class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
@@ -224,6 +243,7 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
     async def create(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None
     ) -> Object:
+        """:meth:`~idempotent_pair_client.cluster.ClusterClient.create`, awaited."""
         reply = await self._call("POST", path, body_of(body, "body"), ok=(200, 201), timeout=timeout,
                                  retry_for=retry_for)
         return as_object(reply, "POST", path)
@@ -250,6 +270,7 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
         self, path: str, fields: Mapping[str, Any], *, generation: int, timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Object:
+        """:meth:`~idempotent_pair_client.cluster.ClusterClient.update`, awaited."""
         reply = await self._call("PUT", path, {**body_of(fields, "fields"), "generation": generation},
                                  timeout=timeout, retry_for=retry_for)
         return as_object(reply, "PUT", path)
@@ -258,6 +279,7 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
         self, path: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Deletion:
+        """:meth:`~idempotent_pair_client.cluster.ClusterClient.delete`, awaited."""
         if unknown == "refuse":  # NotFound, raised by the read, before any delete is sent
             await self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
         reply = await self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)

@@ -22,16 +22,19 @@ import builtins
 import dataclasses
 import enum
 import os
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import urlencode
 
 from idempotent_pair_client.errors import ClientError, NoAnswer, ProblemError, problem_error
+from idempotent_pair_client.meta import IdempotencyStatus, Meta, RateLimit
+from idempotent_pair_client.pages import Page
 from idempotent_pair_client.transport import Attempt, ClientPolicy, Reply, Transport
 
 __all__ = [
-    "IN_FLIGHT_CODES", "ClientError", "Deletion", "Meta", "NoAnswer", "Object", "Outcome", "ProblemError", "ServiceClient", "caller_policy",
+    "IN_FLIGHT_CODES", "ClientError", "Deletion", "IdempotencyStatus", "Meta", "NoAnswer", "Object", "Outcome", "Page",
+    "ProblemError", "RateLimit", "ServiceClient", "caller_policy",
 ]
 
 # A 409 with one of these problem codes: the same request (same Idempotency-Key) is still being served; worth
@@ -65,42 +68,6 @@ def caller_policy(*, timeout: float, retry_for: float, pool_size: int = 10) -> C
         retry_statuses=CALLER_RETRY_STATUSES,
         retry_problems=frozenset((409, code) for code in IN_FLIGHT_CODES),
     )
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """The account's window as the answer's ``RateLimit-*`` headers gave it."""
-
-    limit: int | None
-    remaining: int | None
-    reset: int | None  # seconds until the window ends
-
-
-@dataclass(frozen=True)
-class Meta:
-    """How a call was answered: the final ``status`` (201 created, 200 there already, ...), whether
-    the service ``replayed`` an earlier create's answer (Idempotent-Replayed), the ``request_id``
-    every attempt carried, the ``rate_limit`` state, ``location``, how many ``attempts`` it took, and
-    how far the object got (``idempotency_status``, platform_svc's ``Idempotency-Status``:
-    ``processing`` until cluster_svc confirmed it, ``completed`` once it has, ``failed``)."""
-
-    status: int
-    replayed: bool
-    request_id: str | None
-    rate_limit: RateLimit | None
-    location: str | None
-    attempts: int
-    idempotency_status: str | None = None
-
-    @classmethod
-    def of(cls, reply: Reply) -> Meta:
-        headers = reply.headers
-        limits = [_int(headers.get(f"RateLimit-{name}")) for name in ("Limit", "Remaining", "Reset")]
-        return cls(
-            reply.status, headers.get("Idempotent-Replayed", "").lower() == "true", reply.request_id,
-            RateLimit(*limits) if any(value is not None for value in limits) else None, headers.get("Location"),
-            reply.attempts, headers.get("Idempotency-Status"),
-        )
 
 
 class Object(dict[str, Any]):
@@ -162,20 +129,24 @@ class ServiceClient:
         """The object at ``path``. :raise NotFound: :raise Gone: (deleted) ... :raise NoAnswer:"""
         return self._object("GET", path, timeout=timeout, retry_for=retry_for)
 
-    def list(self, path: str, **filters: str | int | bool | None) -> Iterator[dict[str, Any]]:
-        """Every object of the listing at ``path``, page after page (keyset: each page's ``next_after``
-        is the next one's ``after``), fetched as the iterator is consumed.
+    def list(
+        self, path: str, *, timeout: float | None = None, retry_for: float | None = None,
+        **filters: str | int | bool | None,
+    ) -> Page[dict[str, Any]]:
+        """The listing at ``path``: its first :class:`~idempotent_pair_client.pages.Page` (``.data``,
+        ``.has_more``, ``.next_after``); iterating it walks every object, each later page fetched as
+        the iteration reaches it (keyset: each page's ``next_after`` is the next one's ``after``).
 
         ``filters`` go in the query string (``limit`` is the page size; None leaves one out).
-        :raise ProblemError: :raise NoAnswer: (while iterating)
+        :raise ProblemError: :raise NoAnswer: (here, and while iterating)
         """
         query = query_of(filters)
-        while True:
-            items, next_after = page_of(self._call("GET", with_query(path, query)), path)
-            yield from items
-            if not next_after:
-                return
-            query["after"] = str(next_after)
+
+        def fetch(after: str | None) -> Page[dict[str, Any]]:
+            reply = self._call("GET", with_query(path, paged(query, after)), timeout=timeout, retry_for=retry_for)
+            return Page(*page_of(reply, path), Meta.of(reply), fetch)
+
+        return fetch(None)
 
     def close(self) -> None:
         """Close the pooled connections (the client is not used after)."""
@@ -255,12 +226,18 @@ def as_object(reply: Reply, method: str, path: str) -> Object:
     return Object(reply.body, Meta.of(reply))
 
 
-def page_of(reply: Reply, path: str) -> tuple[list[dict[str, Any]], Any]:
+def page_of(reply: Reply, path: str) -> tuple[list[dict[str, Any]], str | None]:
     """A listing's page: its items and ``next_after``. :raise ClientError: not a page."""
     page = reply.body
     if not isinstance(page, dict) or not isinstance(page.get("items"), builtins.list):
         raise ClientError(f"GET {path}: 200 without a page (items, next_after)")
-    return page["items"], page.get("next_after")
+    next_after = page.get("next_after")
+    return page["items"], str(next_after) if next_after else None
+
+
+def paged(query: Mapping[str, str], after: str | None) -> Mapping[str, str]:
+    """A listing's ``query``, from the page after ``after`` (None: the first page)."""
+    return query if after is None else {**query, "after": after}
 
 
 def body_of(body: Any, argument: str) -> dict[str, Any]:
@@ -268,13 +245,6 @@ def body_of(body: Any, argument: str) -> dict[str, Any]:
     if not isinstance(body, Mapping):
         raise TypeError(f"{argument} must be a mapping of field names to values, not {type(body).__name__}")
     return dict(body)
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def with_query(path: str, query: Mapping[str, str]) -> str:

@@ -39,9 +39,7 @@ from idempotent_pair_client.core import (
     ServiceClient,
     body_of,
     from_environment,
-    page_of,
     waiting,
-    with_query,
 )
 from idempotent_pair_client.journal import Journal, key_for, note_answer
 from idempotent_pair_client.resources import PlatformResources
@@ -116,10 +114,10 @@ class PlatformClient(ServiceClient, PlatformResources):
         note_answer(self.journal, operation, made.meta.status)
         return made
 
-    def resume(self) -> list[Object | ProblemError]:
+    def resume(self, *, timeout: float | None = None, retry_for: float | None = None) -> list[Object | ProblemError]:
         """Send again every operation of the journal begun and not answered (a crash, or no answer
         within ``retry_for``), each with its own key: the object it made (or makes now), or the
-        refusal it meets; in the order they were begun.
+        refusal it meets; in the order they were begun (``timeout``, ``retry_for``: each one's).
 
         :raise ValueError: the client has no journal. :raise NoAnswer: (the rest stays for later)
         """
@@ -128,7 +126,8 @@ class PlatformClient(ServiceClient, PlatformResources):
         results: list[Object | ProblemError] = []
         for begun in self.journal.unanswered():
             try:
-                results.append(self.create(begun.path, begun.body, operation=begun.name))
+                results.append(self.create(begun.path, begun.body, operation=begun.name, timeout=timeout,
+                                           retry_for=retry_for))
             except ProblemError as refused:
                 results.append(refused)
         return results
@@ -161,12 +160,14 @@ class PlatformClient(ServiceClient, PlatformResources):
         reply = self._call("DELETE", path, ok=(202, 204, 410), headers=prefer, timeout=timeout, retry_for=retry_for)
         return Deletion.of(reply)
 
-    def find_by_idempotency_key(self, path: str, key: str) -> dict[str, Any] | None:
+    def find_by_idempotency_key(
+        self, path: str, key: str, *, timeout: float | None = None, retry_for: float | None = None,
+    ) -> Object | None:
         """The live object a create with ``key`` made in the collection at ``path``, or None (none, or
         deleted since): how a caller that lost a create's answer learns its outcome without sending the
-        body again (``GET path?idempotency_key=key``).
+        body again (``GET path?idempotency_key=key``; ``meta``: that call's).
 
         :raise ProblemError: :raise NoAnswer:
         """
-        items, _ = page_of(self._call("GET", with_query(path, {"idempotency_key": key})), path)
-        return items[0] if items else None
+        found = self.list(path, idempotency_key=key, timeout=timeout, retry_for=retry_for)
+        return Object(found.data[0], found.meta) if found.data else None

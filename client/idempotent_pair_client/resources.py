@@ -3,13 +3,16 @@ resource declarations (each service's bodies); do not edit (a test fails while i
 
 Each resource has, per service, a record of the object as answered (frozen dataclass: ``meta``
 says how it was answered; cluster_svc's are ``Internal...``), a create body and an update body
-(TypedDicts), and a collection on each client and its async twin (the ``...Resources`` mixins).
+(TypedDicts), a collection whose ``list`` names the listing's filters, and an accessor of it on
+each client and its async twin (the ``...Resources`` mixins). A field with a closed vocabulary
+has it as a ``Literal`` (``Region``, ``Plan``, ``SyncState``).
 
 (No ``from __future__ import annotations`` here: a TypedDict reads ``NotRequired`` only from
 evaluated annotations.)
 """
 import dataclasses
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 from idempotent_pair_client.accessors import (
     AsyncCollection,
@@ -18,11 +21,44 @@ from idempotent_pair_client.accessors import (
     InternalCollection,
     Record,
 )
+from idempotent_pair_client.pages import AsyncPager, Page
 
 if TYPE_CHECKING:
     from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
     from idempotent_pair_client.cluster import ClusterClient
     from idempotent_pair_client.platform import PlatformClient
+
+__all__ = [
+    "AsyncClusters",
+    "AsyncFirewallRules",
+    "AsyncInternalClusters",
+    "AsyncInternalFirewallRules",
+    "Cluster",
+    "ClusterCreate",
+    "ClusterUpdate",
+    "Clusters",
+    "FirewallRule",
+    "FirewallRuleCreate",
+    "FirewallRuleUpdate",
+    "FirewallRules",
+    "InternalCluster",
+    "InternalClusterCreate",
+    "InternalClusterUpdate",
+    "InternalClusters",
+    "InternalFirewallRule",
+    "InternalFirewallRuleCreate",
+    "InternalFirewallRuleUpdate",
+    "InternalFirewallRules",
+    "Plan",
+    "Region",
+    "SyncState",
+]
+
+Plan = Literal["hobby-0", "standard-2", "standard-4", "memory-8"]
+
+Region = Literal["us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1"]
+
+SyncState = Literal["pending", "synced", "failed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,21 +72,21 @@ class Cluster(Record):
     plan: str
     storage_gb: int
     generation: int
-    sync_state: str
+    sync_state: SyncState
     sync_error: str | None
-    synced_at: str | None
-    created_at: str
-    updated_at: str
-    deleted_at: str | None
+    synced_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
 
 
 class ClusterCreate(TypedDict):
     """A create's body (POST)."""
 
     name: str
-    plan: str
+    plan: Plan
     storage_gb: int
-    region: str
+    region: Region
     postgres_version: int
 
 
@@ -58,8 +94,42 @@ class ClusterUpdate(TypedDict, total=False):
     """An update's body (PATCH): any of the mutable fields."""
 
     name: str
-    plan: str
+    plan: Plan
     storage_gb: int
+
+
+class Clusters(Collection[Cluster, ClusterCreate, ClusterUpdate]):
+    """Clusters: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Page[Cluster]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page. ``idempotency_key``: only what a create with that key made."""
+        return self._list({"limit": limit, "after": after, "idempotency_key": idempotency_key}, timeout, retry_for)
+
+
+class AsyncClusters(AsyncCollection[Cluster, ClusterCreate, ClusterUpdate]):
+    """Clusters: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> AsyncPager[Cluster]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page. ``idempotency_key``: only what a create with that key made."""
+        return self._list({"limit": limit, "after": after, "idempotency_key": idempotency_key}, timeout, retry_for)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +141,12 @@ class FirewallRule(Record):
     cidr: str
     description: str
     generation: int
-    sync_state: str
+    sync_state: SyncState
     sync_error: str | None
-    synced_at: str | None
-    created_at: str
-    updated_at: str
-    deleted_at: str | None
+    synced_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
 
 
 class FirewallRuleCreate(TypedDict):
@@ -92,34 +162,64 @@ class FirewallRuleUpdate(TypedDict, total=False):
     description: str
 
 
+class FirewallRules(Collection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]):
+    """Firewall rules: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Page[FirewallRule]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page. ``idempotency_key``: only what a create with that key made."""
+        return self._list({"limit": limit, "after": after, "idempotency_key": idempotency_key}, timeout, retry_for)
+
+
+class AsyncFirewallRules(AsyncCollection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]):
+    """Firewall rules: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> AsyncPager[FirewallRule]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page. ``idempotency_key``: only what a create with that key made."""
+        return self._list({"limit": limit, "after": after, "idempotency_key": idempotency_key}, timeout, retry_for)
+
+
 class PlatformResources:
     """platform_svc's collections by name, which :class:`PlatformClient` has."""
 
     @property
-    def clusters(self: "PlatformClient") -> Collection[Cluster, ClusterCreate, ClusterUpdate]:
+    def clusters(self: "PlatformClient") -> Clusters:
         """Every cluster of the account."""
-        return Collection(self, "/v1/clusters", Cluster)
+        return Clusters(self, "/v1/clusters", Cluster)
 
-    def firewall_rules(
-        self: "PlatformClient", cluster_id: str
-    ) -> Collection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]:
+    def firewall_rules(self: "PlatformClient", cluster_id: str) -> FirewallRules:
         """The firewall rules under one cluster."""
-        return Collection(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
+        return FirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
 
 
 class AsyncPlatformResources:
     """platform_svc's collections by name, which :class:`AsyncPlatformClient` has."""
 
     @property
-    def clusters(self: "AsyncPlatformClient") -> AsyncCollection[Cluster, ClusterCreate, ClusterUpdate]:
+    def clusters(self: "AsyncPlatformClient") -> AsyncClusters:
         """Every cluster of the account."""
-        return AsyncCollection(self, "/v1/clusters", Cluster)
+        return AsyncClusters(self, "/v1/clusters", Cluster)
 
-    def firewall_rules(
-        self: "AsyncPlatformClient", cluster_id: str
-    ) -> AsyncCollection[FirewallRule, FirewallRuleCreate, FirewallRuleUpdate]:
+    def firewall_rules(self: "AsyncPlatformClient", cluster_id: str) -> AsyncFirewallRules:
         """The firewall rules under one cluster."""
-        return AsyncCollection(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
+        return AsyncFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,9 +233,9 @@ class InternalCluster(Record):
     plan: str | None
     storage_gb: int | None
     generation: int
-    created_at: str
-    updated_at: str
-    deleted_at: str | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
     team_id: str | None
 
 
@@ -143,9 +243,9 @@ class InternalClusterCreate(TypedDict):
     """A create's body (POST)."""
 
     name: str
-    plan: str
+    plan: Plan
     storage_gb: int
-    region: str
+    region: Region
     postgres_version: int
     id: str
     team_id: str
@@ -156,8 +256,44 @@ class InternalClusterUpdate(TypedDict):
     """An update's body (PUT, with ``generation`` beside it): every mutable field."""
 
     name: str
-    plan: str
+    plan: Plan
     storage_gb: int
+
+
+class InternalClusters(InternalCollection[InternalCluster, InternalClusterCreate, InternalClusterUpdate]):
+    """Clusters: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        include_deleted: bool | None = None,
+        team_id: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Page[InternalCluster]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page."""
+        return self._list({"limit": limit, "after": after, "include_deleted": include_deleted, "team_id": team_id}, timeout, retry_for)
+
+
+class AsyncInternalClusters(AsyncInternalCollection[InternalCluster, InternalClusterCreate, InternalClusterUpdate]):
+    """Clusters: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        include_deleted: bool | None = None,
+        team_id: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> AsyncPager[InternalCluster]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page."""
+        return self._list({"limit": limit, "after": after, "include_deleted": include_deleted, "team_id": team_id}, timeout, retry_for)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +305,9 @@ class InternalFirewallRule(Record):
     cidr: str | None
     description: str | None
     generation: int
-    created_at: str
-    updated_at: str
-    deleted_at: str | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
 
 
 class InternalFirewallRuleCreate(TypedDict):
@@ -189,31 +325,59 @@ class InternalFirewallRuleUpdate(TypedDict):
     description: str
 
 
+class InternalFirewallRules(InternalCollection[InternalFirewallRule, InternalFirewallRuleCreate, InternalFirewallRuleUpdate]):
+    """Firewall rules: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> Page[InternalFirewallRule]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page."""
+        return self._list({"limit": limit, "after": after}, timeout, retry_for)
+
+
+class AsyncInternalFirewallRules(AsyncInternalCollection[InternalFirewallRule, InternalFirewallRuleCreate, InternalFirewallRuleUpdate]):
+    """Firewall rules: one collection of them, typed."""
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        timeout: float | None = None,
+        retry_for: float | None = None,
+    ) -> AsyncPager[InternalFirewallRule]:
+        """The listing's first page (``limit`` objects after ``after``, an object's ID); iterating it
+        walks every page."""
+        return self._list({"limit": limit, "after": after}, timeout, retry_for)
+
+
 class ClusterResources:
     """cluster_svc's collections by name, which :class:`ClusterClient` has."""
 
     @property
-    def clusters(self: "ClusterClient") -> InternalCollection[InternalCluster, InternalClusterCreate, InternalClusterUpdate]:
+    def clusters(self: "ClusterClient") -> InternalClusters:
         """Every cluster (every team's)."""
-        return InternalCollection(self, "/v1/clusters", InternalCluster)
+        return InternalClusters(self, "/v1/clusters", InternalCluster)
 
-    def firewall_rules(
-        self: "ClusterClient", cluster_id: str
-    ) -> InternalCollection[InternalFirewallRule, InternalFirewallRuleCreate, InternalFirewallRuleUpdate]:
+    def firewall_rules(self: "ClusterClient", cluster_id: str) -> InternalFirewallRules:
         """The firewall rules under one cluster."""
-        return InternalCollection(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)
+        return InternalFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)
 
 
 class AsyncClusterResources:
     """cluster_svc's collections by name, which :class:`AsyncClusterClient` has."""
 
     @property
-    def clusters(self: "AsyncClusterClient") -> AsyncInternalCollection[InternalCluster, InternalClusterCreate, InternalClusterUpdate]:
+    def clusters(self: "AsyncClusterClient") -> AsyncInternalClusters:
         """Every cluster (every team's)."""
-        return AsyncInternalCollection(self, "/v1/clusters", InternalCluster)
+        return AsyncInternalClusters(self, "/v1/clusters", InternalCluster)
 
-    def firewall_rules(
-        self: "AsyncClusterClient", cluster_id: str
-    ) -> AsyncInternalCollection[InternalFirewallRule, InternalFirewallRuleCreate, InternalFirewallRuleUpdate]:
+    def firewall_rules(self: "AsyncClusterClient", cluster_id: str) -> AsyncInternalFirewallRules:
         """The firewall rules under one cluster."""
-        return AsyncInternalCollection(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)
+        return AsyncInternalFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)

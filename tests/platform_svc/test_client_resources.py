@@ -1,10 +1,12 @@
 """The client's generated resources (idempotent_pair_client.resources) agree with the document
-platform_svc serves: each record's fields and types with the object as answered, each create body
+platform_svc serves: each record's fields and types with the object as answered (times as datetimes, closed
+vocabularies as Literals), each create body
 with the create's required and optional fields, each update body with the PATCH's. (cluster_svc's:
 tests/cluster_svc/test_client_resources.py, with :func:`assert_generated_as_served`.)"""
 from __future__ import annotations
 
 import typing
+from datetime import datetime
 
 import pytest
 from idempotent_pair_client import resources
@@ -20,11 +22,16 @@ def components(app):
 
 
 def expected_type(schema: dict) -> object:
-    json_type = schema["type"]
+    """The Python type a caller should hold a value of this schema as: a time a datetime, a closed
+    vocabulary (``enum``) its Literal."""
+    json_type, nullable = schema["type"], schema.get("nullable", False)
     if isinstance(json_type, list):  # ["string", "null"]
-        [json_type] = [t for t in json_type if t != "null"]
-        return JSON_TYPES[json_type] | None
-    return JSON_TYPES[json_type] | None if schema.get("nullable") else JSON_TYPES[json_type]
+        [json_type], nullable = [t for t in json_type if t != "null"], True
+    if "enum" in schema:
+        base = typing.Literal[tuple(value for value in schema["enum"] if value is not None)]
+    else:
+        base = datetime if schema.get("format") == "date-time" else JSON_TYPES[json_type]
+    return base | None if nullable else base
 
 
 def assert_generated_as_served(components: dict, resource, *, prefix: str, update_role: str, mixin: type) -> None:
