@@ -5,30 +5,17 @@ format looks like; the end of every process log of a failed test's pair
 table of figures, for the whole run whichever worker ran them."""
 from __future__ import annotations
 
-import ipaddress
 import os
 import random
 import socket
 from pathlib import Path
 
 import pytest
-import schemathesis
-from hypothesis import strategies as st
 
+import tooling.fuzzing  # noqa: F401  (what schemathesis is told of these APIs: the cidr format, unique keys)
 from tooling.pair import Pair
 from tooling.scripted import ScriptedServer
 from tooling.testing import postgres_server
-
-
-def _networks() -> st.SearchStrategy[str]:
-    """Valid values of the documents' ``format: cidr``: a network, host bits zero."""
-    address = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6))
-    return address.flatmap(
-        lambda a: st.integers(0, a.max_prefixlen).map(lambda p: str(ipaddress.ip_network(f"{a}/{p}", strict=False)))
-    )
-
-
-schemathesis.openapi.format("cidr", _networks())
 
 
 @pytest.fixture(scope="session")

@@ -347,17 +347,10 @@ def every_check(path: str = "") -> list[Any]:
 
 
 def unique_idempotency_key(case: Any) -> None:
-    """Make a generated Idempotency-Key unique to this request.
+    """Make a generated case's Idempotency-Key unique to it (:func:`tooling.fuzzing.unique_key`)."""
+    from tooling.fuzzing import unique_key
 
-    The fuzzer picks keys from a small space and sends two different bodies
-    with one key; the answer, 422 idempotency_key_reused, is the contract's,
-    not a valid request refused. A unique suffix keeps the key as valid (or
-    invalid) as it was generated.
-    """
-    headers = case.headers or {}
-    key = headers.get("Idempotency-Key")
-    if isinstance(key, str) and key.strip() and key.isascii() and key.isprintable() and len(key) <= 255:
-        headers["Idempotency-Key"] = f"{key[:200]}-{uuid.uuid4().hex}"
+    unique_key(case.headers)
 
 
 def assert_problem(response, status: int, code: str) -> dict:
