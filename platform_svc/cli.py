@@ -19,6 +19,7 @@ from platform_svc.models import RESOURCES
 from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.operations.purge import purger
 from platform_svc.reconciler.settings import ReconcilerSettings
+from platform_svc.states import LISTED
 from shared import config
 from shared.cli import add_purge_command, fail_fast, quiet_on_closed_pipe, service_group
 
@@ -305,15 +306,18 @@ def abandon(resource_name: str, object_id: uuid.UUID) -> None:
 )
 @click.option("--reason", help="With --retry-failed: only rows whose failure reason contains this text (any case).")
 @click.option("--id", "object_id", type=click.UUID, help="With --retry-failed: only this object and its failed children.")
+@click.option("--state", type=click.Choice([state.value for state in LISTED]),
+              help="List the rows in this state instead of the failed and stalled ones.")
 @click.option(
-    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Failed and stalled rows listed per resource."
+    "--limit", default=20, show_default=True, type=click.IntRange(0), help="Rows listed per resource."
 )
 @fail_fast
 @quiet_on_closed_pipe
 def sync_status(
-    retry_failed: bool, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None, limit: int
+    retry_failed: bool, resource_name: str | None, reason: str | None, object_id: uuid.UUID | None,
+    state: str | None, limit: int,
 ) -> None:
-    from platform_svc.operations.status import format_age, read_status
+    from platform_svc.operations.status import read_status, report_lines
     from platform_svc.states import SyncState, stalled_after
     from shared.db import Database
 
@@ -328,7 +332,8 @@ def sync_status(
     threshold = stalled_after()
     with database.engine.connect() as db_session:
         reports = [
-            read_status(db_session=db_session, resource=resource, stalled_after=threshold, limit=limit)
+            read_status(db_session=db_session, resource=resource, stalled_after=threshold, limit=limit,
+                        state=SyncState(state) if state else None)
             for resource in RESOURCES
         ]
     for resource, report in zip(RESOURCES, reports):
@@ -338,23 +343,8 @@ def sync_status(
             click.echo(f"{name}: {sum(r.requeued for r in retried)} failed rows put back in line")
             for left in (r for r in retried if not r.requeued):
                 click.echo(f"  left failed {left.object_id}: {left.why}")
-        counts = report.counts
-        oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
-        # The order sync-status has always printed; pending leaves the stalled rows out.
-        order = (SyncState.SYNCED, SyncState.PENDING, SyncState.FAILED, SyncState.STALLED)
-        shown_counts = ", ".join(f"{counts[state]} {state}" for state in order)
-        click.echo(f"{name}: {shown_counts}; oldest pending {oldest}")
-        for row in report.failed:
-            click.echo(f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}")
-        for row in report.stalled:
-            click.echo(
-                f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts,"
-                f" last error: {row.sync_error or '-'}"
-            )
-        shown = len(report.failed) + len(report.stalled)
-        needing = counts[SyncState.FAILED] + counts[SyncState.STALLED]
-        if shown < needing:
-            click.echo(f"  ... {needing - shown} more (--limit)")
+        for line in report_lines(name, report):
+            click.echo(line)
 
 
 @main.command(

@@ -143,6 +143,8 @@ class Synced:
             Index(f"ix_{cls.__tablename__}_failed", "sync_failed_at", postgresql_where=text(is_state(SyncState.FAILED))),
             # Deleted rows in (deleted_at, id) order: what purge walks, never the table.
             Index(f"ix_{cls.__tablename__}_deleted", "deleted_at", "id", postgresql_where=text("deleted_at IS NOT NULL")),
+            # Abandoned rows (a shown state of their own): counted apart from the synced ones through it.
+            Index(f"ix_{cls.__tablename__}_abandoned", "abandoned_at", postgresql_where=text("abandoned_at IS NOT NULL")),
         )
 
 

@@ -226,11 +226,24 @@ def _insert_new(db_session: Connection, resource: Resource, items: list[Mapping[
     return {row["id"]: row for row in rows}
 
 
+# How an abandoned row's ``sync_error`` gives the failure it was abandoned for (after who did it).
+FAILED_WITH = "it failed with: "
+
+
+def deleted(resource: Resource, row: Mapping[str, Any], said: str = "was deleted.") -> Gone:
+    """The 410 of a deleted row. One a person abandoned (a platform row's ``abandoned_at``) says so,
+    and the failure it was abandoned for (not who abandoned it)."""
+    if row.get("abandoned_at") is not None:
+        failure = (row.get("sync_error") or "").partition(FAILED_WITH)[2] or "not given"
+        return Gone(f"{resource.describe(row['id'])} was abandoned by an operator: it could not be made in "
+                    f"cluster_svc, so it is deleted and its ID never reused. Its failure: {failure}")
+    return Gone(f"{resource.describe(row['id'])} {said}")
+
+
 def _returned(resource: Resource, row: RowMapping, values: Mapping[str, Any]) -> CreateResult:
     """The answer to a create whose key was taken by ``row``."""
     if row["deleted_at"] is not None:
-        gone = Gone(f"{resource.describe(row['id'])} was deleted; a deleted ID is never reused.")
-        return CreateResult(CreateOutcome.GONE, error=gone)
+        return CreateResult(CreateOutcome.GONE, error=deleted(resource, row, "was deleted; a deleted ID is never reused."))
     conflicts = [
         {"field": name, "stored": jsonable(row[name]), "sent": jsonable(values[name])}
         for name in resource.immutable

@@ -21,7 +21,7 @@ from sqlalchemy.engine import RowMapping
 
 from shared.errors import Gone, IdConflict, IdExpired, NotFound
 from shared.horizon import Horizon
-from shared.idempotent import jsonable
+from shared.idempotent import deleted, jsonable
 from shared.registry import Resource
 
 
@@ -47,7 +47,7 @@ def get_live(
     """
     row = _read(db_session, resource, object_id, scope, horizon)
     if row["deleted_at"] is not None:
-        raise Gone(f"{resource.describe(object_id)} was deleted.")
+        raise deleted(resource, row)
     return row
 
 

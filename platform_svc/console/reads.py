@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, case, func, literal, select
+from sqlalchemy import Connection, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
 from platform_svc.models import RESOURCES, Account, Lease, Pass, Sighting
@@ -22,7 +22,7 @@ from platform_svc.operations.leadership import LEASE_NAME
 from platform_svc.operations.repair import judge
 from platform_svc.operations.status import count_states
 from platform_svc.push import content
-from platform_svc.states import SHOWN, SyncState, stalled
+from platform_svc.states import SHOWN, SyncState, in_state, shown_state
 from shared.horizon import Horizon
 from shared.registry import Resource
 from shared.rows import keyset_page
@@ -33,7 +33,7 @@ PAGE_SIZE = 50
 @dataclass(frozen=True)
 class ResourceCounts:
     resource: Resource
-    counts: dict[SyncState, int]  # synced, pending (not stalled), stalled, failed: they add up to every row
+    counts: dict[SyncState, int]  # synced, pending (not stalled), stalled, failed, abandoned: every row
     oldest_pending: timedelta | None
 
     @property
@@ -129,23 +129,24 @@ def rows_needing_a_person(
     account_id: uuid.UUID | None = None,
     limit: int = PAGE_SIZE,
 ) -> tuple[Sequence[RowMapping], uuid.UUID | None]:
-    """Failed and stalled rows of ``resource`` in ID order after ``after`` (the API's keyset
-    cursor), with the next cursor (None on the last page), each with what a person recognises it
-    by (its name, or description, and its account's name). ``state``: only ``failed`` or only
-    ``stalled``; ``reason``: only rows whose reason contains it, any case, as ``--reason`` chooses;
-    ``account_id``: only that account's rows.
+    """Failed and stalled rows of ``resource`` (or, with ``state``, the rows shown in that state: one
+    of :data:`~platform_svc.states.LISTED`) in ID order after ``after`` (the API's keyset cursor),
+    with the next cursor (None on the last page), each with its ``shown_state`` and what a person
+    recognises it by (its name, or description, and its account's name). ``reason``: only rows
+    whose reason contains it, any case, as ``--reason`` chooses; ``account_id``: only that
+    account's rows.
     """
     table = resource.table
-    failed, stalled_long = table.c.sync_state == SyncState.FAILED, stalled(table, stalled_after)
-    chosen = {SyncState.FAILED: failed, SyncState.STALLED: stalled_long}.get(state, failed | stalled_long)
+    chosen = in_state(table, state, stalled_after) if state is not None else \
+        in_state(table, SyncState.FAILED, stalled_after) | in_state(table, SyncState.STALLED, stalled_after)
     stmt = select(
         table.c.id,
-        table.c.sync_state,
+        shown_state(table, stalled_after).label("shown_state"),
         table.c.attempts,
         table.c.sync_error,
         table.c.next_attempt_at,
         table.c.deleted_at,
-        (func.now() - func.coalesce(table.c.sync_failed_at, table.c.updated_at)).label("age"),
+        (func.now() - func.coalesce(table.c.abandoned_at, table.c.sync_failed_at, table.c.updated_at)).label("age"),
         due(table),
         table.c.account_id,
         Account.name.label("account_name"),
@@ -215,21 +216,24 @@ def platform_row(
     """The row, with ``shown_state`` (its state as every page counts it: pending long enough is
     stalled) and ``due`` (its next try has come), both on the database's clock."""
     table = resource.table
-    shown = case((stalled(table, stalled_after), literal(SyncState.STALLED.value)), else_=table.c.sync_state)
     return db_session.execute(
-        select(table, shown.label("shown_state"), due(table)).where(table.c.id == object_id)
+        select(table, shown_state(table, stalled_after).label("shown_state"), due(table))
+        .where(table.c.id == object_id)
     ).mappings().first()
 
 
 def children_of(
-    *, db_session: Connection, resource: Resource, object_id: uuid.UUID, limit: int = PAGE_SIZE
+    *, db_session: Connection, resource: Resource, object_id: uuid.UUID, stalled_after: timedelta,
+    limit: int = PAGE_SIZE,
 ) -> list[tuple[Resource, Sequence[RowMapping]]]:
-    """Each child resource's rows under the object (the first ``limit`` of each, in ID order)."""
+    """Each child resource's rows under the object (the first ``limit`` of each, in ID order), each
+    with its ``shown_state``."""
     found = []
     for child in resource.children:
         table = child.table
         rows = db_session.execute(
-            select(table.c.id, table.c.sync_state, table.c.deleted_at, table.c.sync_error)
+            select(table.c.id, shown_state(table, stalled_after).label("shown_state"), table.c.deleted_at,
+                   table.c.sync_error)
             .where(table.c[resource.id_column] == object_id)
             .order_by(table.c.id)
             .limit(limit)

@@ -22,7 +22,7 @@ from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.operations.retry import retry_failed
 from platform_svc.operations.runs import read_run, recent_runs
 from platform_svc.operations.status import format_age
-from platform_svc.states import SyncState
+from platform_svc.states import LISTED, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +154,20 @@ def _uuid_arg(value: str | None, what: str) -> uuid.UUID | None:
         abort(400, f"{what} must be a UUID.")
 
 
+def _state_arg(value: str | None) -> SyncState | None:
+    """:raise 400: not a state a listing shows (never ignored: an unknown one would list other rows)."""
+    if not value:
+        return None
+    if value not in LISTED:
+        abort(400, f"state must be one of {', '.join(LISTED)}, not {value!r}.")
+    return SyncState(value)
+
+
 @blueprint.get("/rows")
 def rows():
     ctx = console()
     resource = _resource_arg(request.args.get("resource"))
-    chosen = request.args.get("state")
-    state = SyncState(chosen) if chosen in (SyncState.FAILED, SyncState.STALLED) else None
+    state = _state_arg(request.args.get("state"))
     reason = request.args.get("reason", "").strip() or None
     after = _uuid_arg(request.args.get("after"), "after")
     account = _uuid_arg(request.args.get("account") or None, "The account's ID")
@@ -171,7 +179,7 @@ def rows():
         reasons = reads.failure_reasons(db_session=db_session, resource=resource)
     return render_template(
         "console/rows.html", resource=resource, rows=found, next_after=next_after, state=state, reason=reason,
-        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account,
+        after=after, reasons=reasons, stalled_after=ctx.stalled_after, account=account, listed=LISTED,
     )
 
 
@@ -226,7 +234,8 @@ def object_page(segment: str, object_id: str):
                                  stalled_after=ctx.stalled_after)
         if row is None:
             abort(404, f"The platform has no {resource.words} {parsed}.")
-        children = reads.children_of(db_session=db_session, resource=resource, object_id=parsed)
+        children = reads.children_of(db_session=db_session, resource=resource, object_id=parsed,
+                                     stalled_after=ctx.stalled_after)
     sides = reads.BothSides(resource, row, None, children=children)
     try:
         sides.theirs = copy_of(ctx.client, resource, parsed)

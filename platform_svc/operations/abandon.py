@@ -4,7 +4,8 @@ not the platform's.
 
 The row and its descendants are deleted on the platform and closed as never pushed
 (``abandoned_at``; their deletes count as settled, since nothing of the platform's was ever
-there), so the row reads ``synced`` (deleted) and no alert fires for it. The ID is retired: the
+there): its column reads ``synced``, every surface shows it ``abandoned`` (platform_svc.states),
+no alert fires for it, and the public API answers its ID 410 saying an operator abandoned it. The ID is retired: the
 platform never mints it again, and nothing is ever sent to cluster_svc for it, so the other
 team's object is never touched; repair leaves an abandoned row alone. The platform's own copy
 downstream is never abandoned: a row whose copy there is the platform's object is refused (delete
@@ -22,6 +23,7 @@ from platform_svc.push import content
 from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.db import Database
+from shared.idempotent import FAILED_WITH
 from shared.registry import Resource
 
 
@@ -75,5 +77,5 @@ def _close(db_session: Connection, resource: Resource, *chosen: ColumnElement[bo
     return db_session.execute(update(t).where(*chosen).values(
         deleted_at=func.coalesce(t.c.deleted_at, func.now()), delete_synced_at=func.now(),
         sync_failed_at=None, lease_until=None, abandoned_at=func.now(), updated_at=func.now(),
-        sync_error=func.concat(f"abandoned by {by}; it failed with: ", func.coalesce(t.c.sync_error, "-")),
+        sync_error=func.concat(f"abandoned by {by}; {FAILED_WITH}", func.coalesce(t.c.sync_error, "-")),
     )).rowcount

@@ -353,7 +353,8 @@ class Repairer:
             for row in rows:
                 other = theirs.pop(row["id"], None)  # what is left over is unknown to this page
                 judged.append((row, other, judge(row, other, self.horizon, resource=resource)))
-            report.compared[resource.label] += sum(row["sync_state"] == SyncState.SYNCED for row in rows)
+            report.compared[resource.label] += sum(  # an abandoned row is left alone: never compared
+                row["sync_state"] == SyncState.SYNCED and row.get("abandoned_at") is None for row in rows)
             with self.database.begin() as db_session:
                 found = [
                     Finding(resource.label, finding, row["id"], _detail(resource, row, finding, other))

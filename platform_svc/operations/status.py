@@ -4,7 +4,8 @@ A pending row is *stalled* when its pending age (now minus ``updated_at``:
 public writes set it, pushes never touch it) exceeds the threshold
 (:mod:`platform_svc.states`). Stalled rows are still retried; they are counted
 apart from the other pending rows so a person notices them, here as on the
-console and in the ``sync_rows`` gauge (all three read :func:`count_states`).
+console and in the ``sync_rows`` gauge (all three read :func:`count_states`); so
+are abandoned rows, apart from the synced ones.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from datetime import timedelta
 
 from sqlalchemy import Connection, Row, func, select
 
-from platform_svc.states import SyncState, stalled
+from platform_svc.states import SyncState, abandoned, in_state, stalled
 from shared.registry import Resource
 
 
@@ -24,17 +25,19 @@ class StatusReport:
     oldest_pending: timedelta | None
     failed: Sequence[Row]  # id, sync_failed_at, sync_error; oldest failure first
     stalled: Sequence[Row]  # id, age, attempts, sync_error; oldest first
+    state: SyncState | None = None  # the state asked for, whose rows ``listed`` holds (instead of the two above)
+    listed: Sequence[Row] = ()  # id, age, attempts, sync_error; in ID order
 
 
 def count_states(
     *, db_session: Connection, resource: Resource, stalled_after: timedelta
 ) -> tuple[dict[SyncState, int], timedelta | None]:
-    """Rows by shown state (synced, pending but not stalled, stalled, failed: they add up to every
-    row), and the oldest pending age (stalled rows included).
+    """Rows by shown state (synced, pending but not stalled, stalled, failed, abandoned: they add up
+    to every row), and the oldest pending age (stalled rows included).
 
     One statement, so one snapshot: what ``sync-status`` prints and what the
     ``sync_rows`` gauge serves at every scrape. Pending and failed rows are
-    read through their partial indexes (``ix_*_due``, ``ix_*_failed``), so
+    read through their partial indexes (``ix_*_due``, ``ix_*_failed``, ``ix_*_abandoned``), so
     only the total counts every row, and that from the smallest index:
     about 40 ms for a million rows, where filtering each row by state took
     about 220.
@@ -51,21 +54,34 @@ def count_states(
     )
     total = select(func.count()).select_from(table).scalar_subquery()
     failed = select(func.count()).where(table.c.sync_state == SyncState.FAILED).scalar_subquery()
-    total_rows, pending_rows, failed_rows, stalled_rows, oldest_pending = db_session.execute(
-        select(total, pending.c.pending_rows, failed, pending.c.stalled_rows, pending.c.oldest)
+    closed = select(func.count()).where(abandoned(table)).scalar_subquery()
+    total_rows, pending_rows, failed_rows, abandoned_rows, stalled_rows, oldest_pending = db_session.execute(
+        select(total, pending.c.pending_rows, failed, closed, pending.c.stalled_rows, pending.c.oldest)
     ).one()
     counts = {
-        SyncState.SYNCED: total_rows - pending_rows - failed_rows,
+        SyncState.SYNCED: total_rows - pending_rows - failed_rows - abandoned_rows,
         SyncState.PENDING: pending_rows - stalled_rows,
         SyncState.STALLED: stalled_rows,
         SyncState.FAILED: failed_rows,
+        SyncState.ABANDONED: abandoned_rows,
     }
     return counts, oldest_pending
 
 
-def read_status(*, db_session: Connection, resource: Resource, stalled_after: timedelta, limit: int) -> StatusReport:
+def read_status(
+    *, db_session: Connection, resource: Resource, stalled_after: timedelta, limit: int,
+    state: SyncState | None = None,
+) -> StatusReport:
+    """The counts, and the first ``limit`` failed and stalled rows; or, with ``state`` (one of
+    :data:`~platform_svc.states.LISTED`), the first ``limit`` rows in that state."""
     table = resource.table
     counts, oldest_pending = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
+    if state is not None:
+        listed = db_session.execute(
+            select(table.c.id, (func.now() - table.c.updated_at).label("age"), table.c.attempts, table.c.sync_error)
+            .where(in_state(table, state, stalled_after)).order_by(table.c.id).limit(limit)
+        ).all()
+        return StatusReport(counts, oldest_pending, failed=(), stalled=(), state=state, listed=listed)
     failed = db_session.execute(
         select(table.c.id, table.c.sync_failed_at, table.c.sync_error)
         .where(table.c.sync_state == SyncState.FAILED)
@@ -79,6 +95,27 @@ def read_status(*, db_session: Connection, resource: Resource, stalled_after: ti
         .limit(limit)
     ).all()
     return StatusReport(counts=counts, oldest_pending=oldest_pending, failed=failed, stalled=stalled_rows)
+
+
+# The order sync-status has always printed the counts in (pending leaves the stalled rows out).
+PRINTED = (SyncState.SYNCED, SyncState.PENDING, SyncState.FAILED, SyncState.STALLED, SyncState.ABANDONED)
+
+
+def report_lines(name: str, report: StatusReport) -> list[str]:
+    """What ``sync-status`` prints of one resource (``name``): its counts, then its rows listed."""
+    counts = report.counts
+    oldest = format_age(report.oldest_pending) if report.oldest_pending is not None else "none"
+    lines = [f"{name}: {', '.join(f'{counts[state]} {state}' for state in PRINTED)}; oldest pending {oldest}"]
+    lines += [f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}" for row in report.failed]
+    lines += [f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts,"
+              f" last error: {row.sync_error or '-'}" for row in report.stalled]
+    lines += [f"  {report.state} {row.id} last written {format_age(row.age)} ago, {row.attempts} attempts,"
+              f" last error: {row.sync_error or '-'}" for row in report.listed]
+    shown = len(report.failed) + len(report.stalled) + len(report.listed)
+    needing = counts[report.state] if report.state else counts[SyncState.FAILED] + counts[SyncState.STALLED]
+    if shown < needing:
+        lines.append(f"  ... {needing - shown} more (--limit)")
+    return lines
 
 
 def format_age(age: timedelta) -> str:

@@ -278,9 +278,18 @@ def test_abandon_in_the_browser_closes_the_id_conflict_row_and_its_rule_and_leav
     assert "Abandoned: 2 rows closed" in browser.text(), browser.text()  # the cluster and its rule
     browser.screenshot("abandoned")
     page = browser.open(f"/console/objects/clusters/{made['failed']}").text()
-    assert "Sync state\nsynced" in page and "abandoned" in page.lower()
+    assert "Sync state\nabandoned" in page  # its own state, never "synced"
+    assert not browser.driver.find_elements(By.CSS_SELECTOR, "table.sides tr.differs")  # theirs is not compared
+    assert "(deleted) abandoned" in page.split("Firewall rules under it")[1]  # its rule too
     rule = pair.platform_row("firewall_rules", made["failed_rule"])
-    assert (rule["sync_state"], rule["deleted_at"] is not None) == ("synced", True)
+    assert (rule["abandoned_at"] is not None, rule["deleted_at"] is not None) == (True, True)
+    gone = pair.api("GET", f"{CLUSTERS}/{made['failed']}")
+    assert gone.status_code == 410 and "abandoned by an operator" in gone.json()["detail"], gone.text
+    assert "id_conflict" in gone.json()["detail"] and "night-shift" not in gone.json()["detail"]  # why, not who
+    browser.open("/console/rows?resource=clusters&state=abandoned")
+    assert browser.driver.find_elements(By.XPATH, row_xpath(made["failed"]))  # listed as abandoned
+    browser.open("/console/")
+    assert "abandoned" in browser.text()
     theirs = pair.internal("GET", f"{CLUSTERS}/{made['failed']}").json()
     assert theirs["name"] == "theirs" and theirs["deleted_at"] is None  # the other team's object, untouched
     browser.open("/console/rows?resource=clusters&state=failed")
