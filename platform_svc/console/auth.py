@@ -23,6 +23,7 @@ forms and a second signing scheme for what is ten lines here.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import threading
@@ -185,6 +186,17 @@ def check_csrf() -> None:
     sent, expected = request.form.get("csrf_token", ""), session.get("csrf", "")
     if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
         abort(400, "The form's CSRF token is missing or stale; reload the page and submit it again.")
+
+
+def confirmation_token(action: str) -> str:
+    """The token of one destructive ``action`` (``"abandon clusters <id>"``) for this session: the
+    confirmation page's form carries it, and only a POST with it does the action."""
+    return hmac.new(csrf_token().encode(), action.encode(), hashlib.sha256).hexdigest()
+
+
+def confirmed(action: str) -> bool:
+    """Whether the form is the confirmation page's of ``action`` (its own token), not a first POST."""
+    return hmac.compare_digest(request.form.get("confirm", "").encode(), confirmation_token(action).encode())
 
 
 def open_session(db_session: Connection, operator_id: uuid.UUID) -> None:

@@ -58,7 +58,8 @@ def _age(value: timedelta | None) -> str:
 
 @blueprint.context_processor
 def _globals() -> dict:
-    return {"csrf_token": auth.csrf_token, "resources": list(RESOURCES), "operator": g.get("operator")}
+    return {"csrf_token": auth.csrf_token, "confirmation_token": auth.confirmation_token, "resources": list(RESOURCES),
+            "operator": g.get("operator")}
 
 
 @blueprint.errorhandler(HTTPException)
@@ -206,12 +207,32 @@ def retry():
 @blueprint.post("/abandon")
 def abandon_row():
     """"Abandon" on a failed row whose ID cluster_svc holds for another's object: ``platform-svc
-    abandon``, the same code. The page says what was closed, or why nothing was."""
+    abandon``, the same code. The first POST answers a page that names what would be closed; only
+    its form (with its own token) abandons. The page after says what was closed, or why nothing was."""
     ctx = console()
     resource = _resource_arg(request.form.get("resource"))
     object_id = _uuid_arg(request.form.get("id"), "id")
     if object_id is None:
         abort(400, "Name the row (id) to abandon.")
+    action = f"abandon {resource.segment} {object_id}"
+    if not auth.confirmed(action):
+        with ctx.database.engine.connect() as db_session:
+            row = reads.platform_row(db_session=db_session, resource=resource, object_id=object_id,
+                                     stalled_after=ctx.stalled_after)
+            if row is None:
+                abort(404, f"The platform has no {resource.words} {object_id}.")
+            children = reads.children_of(db_session=db_session, resource=resource, object_id=object_id,
+                                         stalled_after=ctx.stalled_after)
+        return render_template(
+            "console/confirm.html", action=action, target=url_for("console.abandon_row"), button="Abandon",
+            title=f"Abandon {resource.words} {object_id}?", fields={"resource": resource.segment, "id": object_id},
+            back=url_for("console.object_page", segment=resource.segment, object_id=object_id),
+            what=f"This deletes the {resource.words} on the platform and closes its row, and every row under it, "
+                 "without pushing them: the ID is retired for good, and whatever cluster_svc holds under it is "
+                 "never touched. It cannot be undone.",
+            objects=[(resource, row, row.get("name") or row.get("description"))] + [
+                (child, c, None) for child, rows in children for c in rows if c.shown_state != "abandoned"],
+        )
     try:
         done, why = abandon(ctx.database, ctx.client, resource, object_id, by=f"{g.operator} (console)"), None
     except NotAbandoned as exc:
@@ -259,10 +280,25 @@ def repair():
 
 @blueprint.post("/repair")
 def start_repair():
-    """A dry run starts here at once; a real run is asked of whoever holds the lease (this process
-    when it is free): the page of the run says which, and follows it."""
+    """A dry run starts here at once; a real run, once confirmed on the page the first POST answers,
+    is asked of whoever holds the lease (this process when it is free): the page of the run says
+    which, and follows it."""
     ctx = console()
     dry_run = request.form.get("mode") != "repair"
+    if not dry_run and not auth.confirmed("repair"):
+        with ctx.database.engine.connect() as db_session:
+            seen = reads.overview(db_session=db_session, stalled_after=ctx.stalled_after)
+        return render_template(
+            "console/confirm.html", action="repair", target=url_for("console.start_repair"),
+            button="Start the real run", title="Start a real repair run?", fields={"mode": "repair"},
+            back=url_for("console.repair"), objects=[],
+            what="A real run compares every synced object with cluster_svc's copy and changes cluster_svc where "
+                 "they differ: a copy missing, behind or diverged is put back in line and pushed again with the "
+                 "platform's values, overwriting cluster_svc's; a copy still alive that the platform deleted is "
+                 "deleted. It compares " + ", ".join(
+                     f"{item.counts[SyncState.SYNCED]} synced {item.resource.plural.replace('_', ' ')}"
+                     for item in seen.counts) + ". A dry run reports the same findings and changes nothing.",
+        )
     run_id = ctx.runs.start(operator=g.operator, dry_run=dry_run)
     log.info("console: %s started a repair %s (%s)", g.operator, "dry run" if dry_run else "run", run_id)
     return redirect(url_for("console.repair_run", run_id=run_id), code=303)

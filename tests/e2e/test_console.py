@@ -273,6 +273,10 @@ def test_abandon_in_the_browser_closes_the_id_conflict_row_and_its_rule_and_leav
     browser.open(f"/console/objects/clusters/{made['failed']}")
     assert "Sync state\nfailed" in browser.text() and "another object under this ID" in browser.text()
 
+    browser.press("//form//button[text()='Abandon…']")
+    assert "Abandon cluster" in browser.text() and "cannot be undone" in browser.text()  # it asks first
+    assert made["failed_rule"] in browser.text()  # naming what it would close
+    browser.screenshot("abandon-confirm")
     browser.press("//form//button[text()='Abandon']")
 
     assert "Abandoned: 2 rows closed" in browser.text(), browser.text()  # the cluster and its rule
@@ -336,7 +340,8 @@ def test_a_real_run_from_the_page_is_run_by_the_reconciler_holding_the_lease_and
     holder = wait_for(lambda: lease_holder(pair), what="the reconciler holding the lease on the periodic passes")
     browser.open("/console/repair")
 
-    browser.press("//button[text()='Start a real run']")
+    browser.press("//button[text()='Start a real run…']")
+    browser.press("//button[text()='Start the real run']")
 
     run = browser.path
 

@@ -34,7 +34,15 @@ def test_an_id_conflict_reads_as_anothers_object_and_abandon_closes_it_leaving_t
     page = browser.get(f"/console/objects/clusters/{x}").get_data(as_text=True)
     assert "cluster_svc holds another object under this ID" in page and "another's object: left as it is" in page
     assert "a repair pushes the platform" not in page  # nothing suggests writing to their object
-    done = browser.post("/console/abandon", data={"resource": "clusters", "id": x, "csrf_token": csrf_of(page.encode())})
+    asked = browser.post("/console/abandon", data={"resource": "clusters", "id": x, "csrf_token": csrf_of(page.encode())})
+    confirmation = asked.get_data(as_text=True)
+    assert asked.status_code == 200 and "Abandon cluster" in confirmation and x in confirmation
+    assert "cannot be undone" in confirmation and 'class="danger"' in confirmation
+    assert _state(platform_engine, x) == "failed"  # a first POST asks; nothing is abandoned yet
+    forged = browser.post("/console/abandon", data={"resource": "clusters", "id": x, "confirm": "0" * 64,
+                                                    "csrf_token": csrf_of(page.encode())})
+    assert "cannot be undone" in forged.get_data(as_text=True) and _state(platform_engine, x) == "failed"
+    done = browser.post("/console/abandon", data=_form_of(confirmation))
 
     assert done.status_code == 200 and "Abandoned: 1 row closed" in done.get_data(as_text=True)
     with platform_engine.connect() as conn:
@@ -45,11 +53,25 @@ def test_an_id_conflict_reads_as_anothers_object_and_abandon_closes_it_leaving_t
     assert kept.status_code == 200 and kept.json()["team_id"] == theirs["team_id"] and kept.json()["name"] == "theirs"
 
 
+def _state(platform_engine, object_id: str) -> str:
+    with platform_engine.connect() as conn:
+        return conn.execute(text("SELECT sync_state FROM clusters WHERE id = :id"), {"id": object_id}).scalar()
+
+
+def _form_of(page: str) -> dict[str, str]:
+    """The hidden fields of the confirmation page's form: what its button posts."""
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page))
+
+
 def _ask_for_a_real_run(browser) -> str:
     page = browser.get("/console/repair")
     asked = browser.post("/console/repair", data={"mode": "repair", "csrf_token": csrf_of(page.data)})
-    assert asked.status_code == 303, asked.data
-    return asked.headers["Location"]
+    confirmation = asked.get_data(as_text=True)
+    assert asked.status_code == 200 and "Start a real repair run?" in confirmation, confirmation
+    assert "overwriting cluster_svc" in confirmation and "synced clusters" in confirmation
+    started = browser.post("/console/repair", data=_form_of(confirmation))
+    assert started.status_code == 303, started.data
+    return started.headers["Location"]
 
 
 def _finished(browser, run: str) -> str | None:
