@@ -427,6 +427,53 @@ def test_without_a_session_or_the_csrf_token_nothing_is_done(logged_in, scene):
     assert browser.path.startswith("/console/login")
 
 
+# On a phone and on a desktop ------------------------------------------------------------------
+
+LAYOUTS = {"phone": (390, 844), "desktop": (1280, 800)}
+# The page's width against the window's, the tallest table row, and every control not wholly on
+# screen sideways (what a phone user could not reach without scrolling the page).
+MEASURE = """
+const width = document.documentElement.clientWidth;
+const heights = [...document.querySelectorAll('tr')].map(row => row.getBoundingClientRect().height);
+const off = [...document.querySelectorAll('button, a, input:not([type=hidden]), select')].filter(e => {
+  const box = e.getBoundingClientRect();
+  return box.width > 0 && (box.left < 0 || box.right > width + 1);
+}).map(e => e.outerHTML.slice(0, 100));
+return {page: document.documentElement.scrollWidth, width: width, tallest: Math.max(0, ...heights), off: off};
+"""
+
+
+def test_every_page_fits_a_phone_and_a_desktop_with_every_kind_of_row(logged_in, scene):
+    browser, (pair, made) = logged_in, scene
+    browser.driver.delete_all_cookies()  # whatever an earlier test left: a login of its own
+    log_in(browser, made["operator"])
+    pages = {"overview": "/console/", "rows": "/console/rows?resource=clusters",
+             **{f"rows-{state}": f"/console/rows?resource=clusters&state={state}"
+                for state in ("pending", "stalled", "failed", "abandoned")},
+             "rules": "/console/rows?resource=firewall-rules&state=failed",
+             "object-abandoned": f"/console/objects/clusters/{made['failed']}",
+             "object-hostile": f"/console/objects/clusters/{made['hostile']}", "repair": "/console/repair"}
+    measured = {}
+    try:
+        with pair.frozen_cluster_svc():  # an outage: rows pending and stalled, cluster_svc not answering
+            waiting = [pair.api("POST", CLUSTERS, json=cluster_body(name=f"waiting-{n}")).json()["id"]
+                       for n in range(2)]
+            pages["object-pending"] = f"/console/objects/clusters/{waiting[0]}"
+            for layout, (width, height) in LAYOUTS.items():
+                browser.driver.set_window_size(width, height)
+                for name, path in pages.items():
+                    measured[layout, name] = browser.open(path).driver.execute_script(MEASURE)
+                    browser.screenshot(f"{layout}-{name}")
+    finally:
+        browser.driver.set_window_size(1400, 1300)
+
+    assert measured["phone", "overview"]["width"] <= 400 < measured["desktop", "overview"]["width"]
+    for (layout, name), seen in measured.items():
+        assert seen["page"] <= seen["width"], f"{layout} {name}: the page scrolls sideways: {seen}"
+        assert seen["tallest"] <= 250, f"{layout} {name}: a table row {seen['tallest']} px tall"
+        assert seen["off"] == [], f"{layout} {name}: controls off screen: {seen['off']}"
+
+
 def test_logging_out_in_the_browser_ends_the_session_a_copied_cookie_with_it(logged_in, scene):
     browser, (pair, made) = logged_in, scene
     browser.driver.delete_all_cookies()  # whatever an earlier test left: a login of its own
