@@ -21,6 +21,7 @@ from platform_svc.operations.abandon import NotAbandoned, abandon
 from platform_svc.operations.copies import RepairError, copy_of
 from platform_svc.operations.retry import retry_failed
 from platform_svc.operations.runs import read_run, recent_runs
+from platform_svc.operations.sightings import OLD_AFTER
 from platform_svc.operations.status import format_age
 from platform_svc.states import LISTED, SyncState
 
@@ -130,7 +131,7 @@ def overview():
         seen = reads.overview(db_session=db_session, stalled_after=ctx.stalled_after)
     return render_template(
         "console/overview.html", counts=seen.counts, lease=seen.lease, passes=seen.passes, sightings=seen.sightings,
-        breaker_open=ctx.breaker.is_open, stalled_after=ctx.stalled_after,
+        breaker_open=ctx.breaker.is_open, stalled_after=ctx.stalled_after, old_after=OLD_AFTER,
     )
 
 

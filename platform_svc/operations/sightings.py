@@ -11,6 +11,11 @@ refresh, a worker still seeing the outage it first saw 19 s earlier lost to a re
 of 18 s ago, and the overview said "Answering" through a freeze). The write happens in a thread
 of its own, never on the caller's path: a database that is away (or frozen) costs a request
 nothing here, and the sighting is written once it is back.
+
+The view heals by itself: while the last call a process made was not served, that thread probes
+cluster_svc every :data:`PROBE_SECONDS` (one cheap read, :data:`PROBE`) until it is, so a web
+worker that saw an outage and then gets no call that needs cluster_svc does not stay "not
+answering" for minutes after it answers again.
 """
 from __future__ import annotations
 
@@ -20,12 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sqlalchemy import case, delete, func, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 
-from platform_svc.models import Sighting
+from platform_svc.models import RESOURCES, Sighting
 from platform_svc.operations.passes import this_process
 from shared.client import InternalClient
 from shared.db import Database
@@ -34,7 +40,10 @@ from shared.errors import describe_database_error
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 1.0  # a process seeing the same thing writes it again after this long
+PROBE_SECONDS = 5.0  # while cluster_svc did not serve this process's last call, it is probed this often
+PROBE = f"/v1{RESOURCES.roots[0].collection_path()}?limit=1"  # an authenticated read, its database included
 KEPT_FOR = "1 day"  # rows of processes silent this long (gone, most often) are dropped
+OLD_AFTER = timedelta(minutes=3)  # a row this old is shown as old, not as what cluster_svc does now
 
 
 @dataclass(eq=False)
@@ -44,15 +53,19 @@ class Sightings:
     database: Database
     role: str
     clock: Callable[[], float] = time.monotonic
+    probe_every: float = PROBE_SECONDS
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _due: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _pending: tuple[bool, str] | None = field(default=None, init=False)
     _written: tuple[bool, float] | None = field(default=None, init=False)  # what was last written, and when
     _writer_pid: int | None = field(default=None, init=False)  # the process whose writer thread runs (gunicorn forks)
+    _prober: InternalClient | None = field(default=None, init=False, repr=False)  # what the probes go through
 
     def watching(self, client: InternalClient) -> InternalClient:
-        """``client``, telling this process's sightings whether each of its calls was served."""
+        """``client``, telling this process's sightings whether each of its calls was served (the
+        first one given also carries the probes while cluster_svc does not serve this process)."""
         client.seen = self.saw
+        self._prober = self._prober or client
         return client
 
     def saw(self, served: bool, what: str) -> None:
@@ -70,7 +83,11 @@ class Sightings:
         self._due.set()
 
     def _write_when_due(self) -> None:
-        while self._due.wait():
+        while True:
+            unserved = self._written is not None and not self._written[0]
+            if not self._due.wait(self.probe_every if unserved and self._prober is not None else None):
+                self._prober.probe(PROBE)  # tells saw(): due again at once, served or not
+                continue
             self._due.clear()
             with self._lock:
                 pending, self._pending = self._pending, None

@@ -36,14 +36,11 @@ from platform_svc.push.pusher import Pusher
 from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.states import SyncState
+from platform_svc.operations.sightings import PROBE  # what an outage probe asks: a cheap read
 from shared.client import Answer
 from shared.errors import database_unavailable, describe_database_error
 
 log = logging.getLogger(__name__)
-
-# What an outage probe asks of cluster_svc: one page of one object of the first root resource,
-# a cheap read that needs the token and the database.
-PROBE = f"/v1{RESOURCES.roots[0].collection_path()}?limit=1"
 
 
 class RecoveryWatch:

@@ -341,7 +341,8 @@ def test_sync_status_shows_stalled_rows_their_age_attempts_and_last_error(fresh_
 
     assert status.returncode == 0, status.stderr
     # Pending leaves the stalled row out, as the console and the sync_rows gauge count it (docs/operations.md).
-    assert "clusters: 0 synced, 1 pending, 1 failed, 1 stalled; oldest pending 42m" in status.stdout, status.stdout
+    assert "clusters: 0 synced, 1 pending, 1 failed, 1 stalled, 0 abandoned; oldest pending 42m" in status.stdout, \
+        status.stdout
     [line] = [line for line in status.stdout.splitlines() if stalled in line]
     assert line.strip().startswith(f"stalled {stalled} pending 42m")
     assert "17 attempts" in line and "connection failed" in line

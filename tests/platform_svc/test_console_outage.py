@@ -93,7 +93,8 @@ def test_the_overview_says_whether_cluster_svc_answers_as_each_process_last_saw_
 
     assert re.search(r"Not answering</span>: the last call did not get an answer \d+s ago", page), page
     assert "by the web <code>" in page  # who saw it: this worker
-    rows = re.findall(r"<tr><td><code>([^<]+)</code></td><td>(\w+)</td>\s*<td>.*?>(served|did not answer)<", page)
+    rows = re.findall(r"<tr><td[^>]*><code>([^<]+)</code></td><td[^>]*>(\w+)</td>\s*<td[^>]*>.*?>(served|did not answer)<",
+                      page)
     assert ("other-host:4242", "reconciler", "served") in rows  # every process's view, from any worker
     assert any(role == "web" and seen == "did not answer" for _, role, seen in rows)
 
@@ -127,3 +128,30 @@ def test_a_sighting_is_written_once_per_change_and_its_since_moves_only_when_wha
     with platform_engine.connect() as conn:
         changed = conn.execute(query, me).one()
     assert again.since == first.since < changed.since and again.seen_at > first.seen_at
+
+
+class Prober:
+    """A client whose probes cluster_svc serves (or not), telling the sightings as the real one does."""
+
+    def __init__(self, served: bool) -> None:
+        self.served, self.seen, self.probes = served, None, queue.Queue()
+
+    def probe(self, path: str, timeout: float = 1.0) -> bool:
+        self.probes.put(path)
+        self.seen(self.served, f"GET {path}: a probe")
+        return self.served
+
+
+def test_a_process_whose_last_call_was_not_served_probes_until_it_is_and_writes_that(platform_database):
+    sightings = Sightings(platform_database, "web", probe_every=0.05)
+    written: queue.Queue[bool] = queue.Queue()
+    sightings.write = lambda served, what: written.put(served) or True  # noqa: E731 (what the thread would write)
+    prober = Prober(served=False)
+    sightings.watching(prober)
+
+    sightings.saw(False, "POST /v1/clusters: timed out")  # and then no call needs cluster_svc
+    assert written.get(timeout=5) is False
+    assert prober.probes.get(timeout=5).startswith("/v1/clusters?limit=1")  # probed while it does not answer
+    prober.served = True  # cluster_svc answers again
+
+    assert True in (written.get(timeout=5) for _ in range(100))  # the overview heals without a call of the worker's
