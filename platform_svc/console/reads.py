@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection, case, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
 from platform_svc.models import RESOURCES, Account, Lease, Pass, Sighting
@@ -115,6 +115,22 @@ def due(table: Any) -> Any:
     return (table.c.next_attempt_at <= func.now()).label("due")
 
 
+def tries(table: Any) -> Any:
+    """The column ``tries``: every push of the row, the inline one included: the transient failures
+    the row counts, and the permanent answer that failed it."""
+    return (table.c.attempts + case((table.c.sync_failed_at.is_not(None), 1), else_=0)).label("tries")
+
+
+def parent_state(resource: Resource) -> Any:
+    """The column ``parent_state``: the parent row's sync state (None for a root): a child is pushed
+    only once cluster_svc confirmed its parent, so a pending child may be waiting for it."""
+    if resource.parent is None:
+        return literal(None).label("parent_state")
+    parent = resource.parent.table
+    return select(parent.c.sync_state).where(parent.c.id == resource.table.c[resource.parent_column]) \
+        .scalar_subquery().label("parent_state")
+
+
 LABELS = ("name", "description")  # the first of these fields a resource has names its rows on a page
 
 
@@ -142,7 +158,8 @@ def rows_needing_a_person(
     stmt = select(
         table.c.id,
         shown_state(table, stalled_after).label("shown_state"),
-        table.c.attempts,
+        tries(table),
+        parent_state(resource),
         table.c.sync_error,
         table.c.next_attempt_at,
         table.c.deleted_at,
@@ -217,7 +234,8 @@ def platform_row(
     stalled) and ``due`` (its next try has come), both on the database's clock."""
     table = resource.table
     return db_session.execute(
-        select(table, shown_state(table, stalled_after).label("shown_state"), due(table))
+        select(table, shown_state(table, stalled_after).label("shown_state"), due(table), tries(table),
+               parent_state(resource))
         .where(table.c.id == object_id)
     ).mappings().first()
 

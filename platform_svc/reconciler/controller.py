@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from idempotent_pair_client import request_id
 from sqlalchemy import func, select
@@ -228,8 +229,9 @@ class Reconciler:
                 stop.wait(self.settings.idle_interval)
 
     def _schedule(self, *, stop: threading.Event, until_idle: bool) -> Counter[str]:
-        states: Counter[str] = Counter()
-        reported: Counter[str] = Counter()
+        reached: dict[tuple[str, Any], str] = {}  # each row pushed: the state its last push left it in
+        burst: dict[tuple[str, Any], str] = {}  # the same, since the last pass was recorded
+        pushes = 0
         # Units pushing, plus as many waiting for a worker: a freed worker never
         # waits for a claim, and a unit never waits long for a worker.
         capacity = 2 * self.settings.concurrency
@@ -241,17 +243,21 @@ class Reconciler:
                         in_flight.add(pool.submit(self._work, claim, stop))
                 if not in_flight:
                     if until_idle or stop.is_set():
-                        return states
-                    if states != reported:
-                        _log_states(states - reported)
+                        return Counter(reached.values())
+                    if burst:
                         # What the console's overview shows as the reconciler's last pass: this burst.
-                        record_pass(self.pusher.database, "reconcile", this_process(), _states_line(states - reported))
-                        reported = Counter(states)
+                        line = _states_line(Counter(burst.values()), pushes)
+                        log.info("%s", line)
+                        record_pass(self.pusher.database, "reconcile", this_process(), line)
+                        burst, pushes = {}, 0
                     self._nudge.wait(self.settings.idle_interval)
                     self._nudge.clear()
                     continue
                 done, in_flight = wait(in_flight, timeout=self.settings.idle_interval, return_when=FIRST_COMPLETED)
-                states.update(state for future in done for state in future.result())
+                for future in done:
+                    for row, state in future.result():
+                        reached[row] = burst[row] = state
+                        pushes += 1
 
     def _claim(self, room: int) -> list[Claim]:
         """Lease due rows (parents first) for up to about ``room`` units, in one short transaction.
@@ -277,8 +283,9 @@ class Reconciler:
                     claims += units(resource, rows, batch=batch, push_by=push_by)
         return claims
 
-    def _work(self, claim: Claim, stop: threading.Event) -> list[str]:
-        """A worker: push one unit and record it; the states its rows reached, if they were pushed.
+    def _work(self, claim: Claim, stop: threading.Event) -> list[tuple[tuple[str, Any], str]]:
+        """A worker: push one unit and record it; each row pushed (by resource and ID) and the state
+        it reached.
 
         Each unit is one request: its own request ID goes down with every call
         it makes and onto every line logged about it, here and in cluster_svc.
@@ -295,7 +302,7 @@ class Reconciler:
             return []
         finally:
             request_id.unbind(token)
-        return [] if rows is None else [row["sync_state"] for row in rows]
+        return [] if rows is None else [((claim.resource.key, row["id"]), row["sync_state"]) for row in rows]
 
     def _woken(self) -> None:
         if self._due_by is not None:  # a drain: the woken rows are due "now" too
@@ -320,12 +327,11 @@ def count_failed(pusher: Pusher) -> int:
         )
 
 
-def _log_states(states: Counter[str]) -> None:
-    log.info("%s", _states_line(states))
-
-
-def _states_line(states: Counter[str]) -> str:
-    return "reconciled: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+def _states_line(rows: Counter[str], pushes: int) -> str:
+    """What a pass did: the rows it pushed, by the state each was left in, and how many pushes that
+    took (a row cluster_svc would not take is pushed again and again, and counted once)."""
+    return f"reconciled {rows.total()} rows in {pushes} pushes: " + \
+        ", ".join(f"{n} {state}" for state, n in sorted(rows.items()))
 
 
 def _log_failure(what: str, exc: Exception) -> None:

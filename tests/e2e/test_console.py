@@ -228,7 +228,7 @@ def test_logging_in_opens_the_overview_with_the_counts_drawn(logged_in, scene):
     failed = browser.driver.find_elements(By.CSS_SELECTOR, "svg.bar rect.failed")
     assert len(failed) == 2  # the failed cluster, and its rule failed with it
     assert "Inline-push breaker" in page and "per process" in page
-    assert re.search(r"Reconciler's last pass\n.* ago by .*: reconciled: .*failed", page), page
+    assert re.search(r"Reconciler's last pass\n.* ago by .*: reconciled \d+ rows in \d+ pushes: .*failed", page), page
     browser.screenshot("overview")
 
 

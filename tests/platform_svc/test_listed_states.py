@@ -82,3 +82,24 @@ def test_sync_status_lists_the_rows_of_one_state_and_refuses_another(offline_cli
     assert closed not in listed.output and f"  abandoned {closed}" in abandoned.output
     assert " abandoned; oldest pending" in listed.output  # the counts name the fifth state
     assert refused.exit_code == 2 and "'synced' is not one of" in refused.output
+
+
+def test_a_rule_waiting_for_its_cluster_says_so_and_a_failed_row_counts_its_failing_try(
+    app, offline_client, platform_engine, operator  # noqa: F811
+):
+    cluster = offline_client.post("/v1/clusters", json=cluster_body(name="unconfirmed")).get_json()["id"]
+    rule = offline_client.post(f"/v1/clusters/{cluster}/firewall-rules", json={"cidr": "10.0.0.0/8"}).get_json()["id"]
+    with platform_engine.begin() as conn:  # failed by its first push, with no transient failure before
+        conn.execute(text("UPDATE clusters SET sync_failed_at = now(), sync_error = 'POST /v1/clusters: 422',"
+                          " attempts = 0 WHERE id = :id"), {"id": cluster})
+    browser, _ = logged_in(app, operator)
+
+    rules = browser.get("/console/rows?resource=firewall-rules&state=pending").get_data(as_text=True)
+    page = browser.get(f"/console/objects/firewall-rules/{rule}").get_data(as_text=True)
+    failed = browser.get("/console/rows?resource=clusters&state=failed").get_data(as_text=True)
+
+    [card] = [part for part in rules.split("<tr")[1:] if rule in part]
+    assert "waiting for its cluster" in card and "failed</a>" in card and "due now" not in card
+    assert "once its cluster is confirmed (it is failed)" in page and "due now" not in page
+    [row] = [part for part in failed.split("<tr")[1:] if cluster in part]
+    assert '<td class="num" data-label="Tries">1</td>' in row  # the push that failed it is a try
