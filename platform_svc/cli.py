@@ -282,7 +282,6 @@ def set_rate_limit(account_id: uuid.UUID, limit: str) -> None:
 @click.argument("object_id", metavar="ID", type=click.UUID)
 @fail_fast
 def abandon(resource_name: str, object_id: uuid.UUID) -> None:
-
     from platform_svc.operations import abandon as abandoning
     settings, resource = Settings.from_env(), _BY_NAME[resource_name]
     client = settings.client(ClientPolicy(pool_size=1))  # one call: the copy, to check it is not the platform's
@@ -293,6 +292,18 @@ def abandon(resource_name: str, object_id: uuid.UUID) -> None:
     finally:
         client.close()
     click.echo(f"abandoned {resource.words} {object_id} ({done.rows} rows closed, its ID retired)")
+
+
+@main.command(help="Rehearse an incident on a running pair (never one that serves users): id-conflict makes one.")
+@click.argument("incident", type=click.Choice(["id-conflict"]))
+@fail_fast
+def drill(incident: str) -> None:
+    from platform_svc.api import drill as drills
+    settings = Settings.from_env()
+    try:
+        click.echo(drills.id_conflict(settings.database(), settings.client(ClientPolicy()), settings.horizon).told())
+    except drills.NotRehearsed as exc:
+        sys.exit(f"platform-svc drill: {exc}")
 
 
 @main.command("sync-status", help="Count rows by sync state; list failed and stalled rows with their reasons.")

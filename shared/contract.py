@@ -40,3 +40,10 @@ FIREWALL_RULE = Declaration(
         "description": Field(Text, varchar(255), metadata={"pattern": NO_NUL}, default=""),  # at most 255: its column
     },
 )
+
+# A valid create body of each root resource, as a caller sends it: what a drill makes its objects
+# of (platform_svc.api.drill).
+EXAMPLES = {
+    CLUSTER.key: {"name": "drill-id-conflict", "region": REGIONS[0], "postgres_version": 16, "plan": PLANS[0],
+                  "storage_gb": 10},
+}
