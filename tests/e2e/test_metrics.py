@@ -192,7 +192,7 @@ def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(fresh_pair):
     pair = fresh_pair  # of its own: it stops cluster_svc, and the gauges count every row
     platform = pair.platform_svc.url
     before = scrape(platform, TOKEN)
-    assert _sync(before) == {"pending": 0, "stalled": 0, "synced": 0, "failed": 0}
+    assert _sync(before) == {"pending": 0, "stalled": 0, "synced": 0, "failed": 0, "abandoned": 0}
     assert value(before, "sync_oldest_pending_seconds", resource="cluster") == 0
 
     pair.stop_cluster_svc()
@@ -200,7 +200,7 @@ def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(fresh_pair):
     assert [r.json()["sync_state"] for r in created] == ["pending"] * 3
 
     during = scrape(platform, TOKEN)
-    assert _sync(during) == {"pending": 3, "stalled": 0, "synced": 0, "failed": 0}
+    assert _sync(during) == {"pending": 3, "stalled": 0, "synced": 0, "failed": 0, "abandoned": 0}
     assert value(during, "sync_oldest_pending_seconds", resource="cluster") > 0
     assert value(during, "sync_pushes_total", resource="cluster", operation="create", outcome="transient") == 3
 
@@ -211,7 +211,7 @@ def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(fresh_pair):
             {"id": created[0].json()["id"]},
         )
     stalled = scrape(platform, TOKEN)
-    assert _sync(stalled) == {"pending": 2, "stalled": 1, "synced": 0, "failed": 0}
+    assert _sync(stalled) == {"pending": 2, "stalled": 1, "synced": 0, "failed": 0, "abandoned": 0}
     assert value(stalled, "sync_oldest_pending_seconds", resource="cluster") >= 600
 
     pair.restart_cluster_svc()
@@ -219,7 +219,7 @@ def test_sync_gauges_follow_a_downstream_outage_and_its_recovery(fresh_pair):
     assert result.returncode == 0, result.stderr
 
     after = scrape(platform, TOKEN)
-    assert _sync(after) == {"pending": 0, "stalled": 0, "synced": 3, "failed": 0}
+    assert _sync(after) == {"pending": 0, "stalled": 0, "synced": 3, "failed": 0, "abandoned": 0}
     assert value(after, "sync_oldest_pending_seconds", resource="cluster") == 0
     pair.assert_downstream_matches()
 
