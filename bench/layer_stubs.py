@@ -209,6 +209,38 @@ def _push_off(app: Any) -> None:
     Pusher.push_now = lambda self, resource, row: row
 
 
+def _orjson_provider(app: Any) -> Any:
+    """Flask's JSON provider with its answers written by orjson (keys sorted, times passed to Flask's
+    own ``default``, as Flask's provider writes them)."""
+    import orjson
+    from flask.json.provider import DefaultJSONProvider
+
+    class OrjsonProvider(DefaultJSONProvider):
+        def dumps(self, obj: Any, **kwargs: Any) -> str:
+            return orjson.dumps(obj, default=self.default,
+                                option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME).decode()
+
+    return OrjsonProvider(app)
+
+
+def _orjson(app: Any) -> None:
+    """orjson (a contender, issue 45) for Flask's JSON (requests read, answers written) and for the
+    HTTP core's bodies (the inline push's requests and their answers)."""
+    import orjson
+    from idempotent_pair_client import transport
+
+    app.json = _orjson_provider(app)
+    app.json.loads = lambda s, **kwargs: orjson.loads(s)
+    transport.encode = lambda body: orjson.dumps(body)
+    transport.decode = lambda data: orjson.loads(data) if data else None
+
+
+def _orjson_dumps(app: Any) -> None:
+    """orjson for Flask's answers only: requests still read by the standard library's json, whose
+    errors and number limits the contract's answers keep (a huge integer is a 422, never a 400)."""
+    app.json = _orjson_provider(app)
+
+
 VARIANTS: dict[str, tuple[str, Callable[[Any], None] | None]] = {
     "full": ("as served", None),
     "parse_direct": ("webargs/flask-smorest parsing -> a direct schema.load", _parse_direct),
@@ -224,13 +256,17 @@ VARIANTS: dict[str, tuple[str, Callable[[Any], None] | None]] = {
     "checks_off": ("no bearer-token and JSON-body checks", _checks_off),
     "errors_off": ("no error handlers registered", _errors_off),
     "gthread": ("gunicorn gthread, 1 thread (no gevent, no psycogreen)", None),
+    "granian": ("granian's WSGI server, 1 worker, 1 blocking thread (no gunicorn, no gevent)", None),
+    "orjson": ("orjson for Flask's JSON and the HTTP core's bodies", _orjson),
+    "orjson_dumps": ("orjson for Flask's answers only", _orjson_dumps),
     "auth_stub": ("platform: no API-key authentication (report only)", _auth_stub),
     "idem_off": ("platform: no Idempotency-Key check", _idempotency_key_off),
     "push_off": ("platform: no inline push (HTTP call + recording)", _push_off),
 }
 CLUSTER_VARIANTS = ["full", "parse_direct", "parse_none", "dump_none", "db_stub", "dbapi", "coalescer_off",
-                    "metrics_off", "log_off", "json_log", "rid_off", "checks_off", "errors_off", "gthread"]
+                    "metrics_off", "log_off", "json_log", "rid_off", "checks_off", "errors_off", "gthread", "granian",
+                    "orjson", "orjson_dumps"]
 # (No dump_none for platform_svc: its answer's dump is the same layer as cluster_svc's, and
 # stubbing it there also changed what its pushes carried.)
 PLATFORM_VARIANTS = ["full", "auth_stub", "idem_off", "parse_direct", "coalescer_off", "metrics_off",
-                     "log_off", "rid_off", "push_off", "gthread"]
+                     "log_off", "rid_off", "push_off", "gthread", "granian", "orjson", "orjson_dumps"]

@@ -58,25 +58,43 @@ def serve(service: str, variant: str, port: int) -> None:
             self.cfg.set("threads", 1)
 
         cli._Gunicorn.load_config = gthread
-    patch = VARIANTS[variant][1]
+    if variant == "granian":  # the app built in granian's worker, by granian_app
+        from granian import Granian
+        from granian.constants import Interfaces
 
+        os.environ["BENCH_LAYERS_SERVICE"] = service
+        Granian("bench.layers:granian_app", address="127.0.0.1", port=port, interface=Interfaces.WSGI,
+                workers=WORKERS, blocking_threads=1, factory=True, log_access=False).serve()
+        return
+    cli.run_gunicorn(lambda: build(service, variant), name=f"{service}-{variant}", host="127.0.0.1", port=port,
+                     workers=WORKERS, log_format="json" if variant == "json_log" else "text")
+
+
+def build(service: str, variant: str) -> Any:
+    """The service's app as its ``serve`` builds it, with ``variant``'s patch applied."""
     if service == "cluster":
         from cluster_svc import Settings, create_app
     else:
         from platform_svc import Settings, create_app
-    settings = Settings.from_env()
-    settings = dataclasses.replace(settings, pool_size=POOL_SIZE)
+    settings = dataclasses.replace(Settings.from_env(), pool_size=POOL_SIZE)
+    app = create_app(settings)
+    if os.environ.get("BENCH_PRINCIPAL"):
+        app.extensions["bench_principal"] = uuid.UUID(os.environ["BENCH_PRINCIPAL"])
+    patch = VARIANTS[variant][1]
+    if patch is not None:
+        patch(app)
+    return app
 
-    def load() -> Any:
-        app = create_app(settings)
-        if os.environ.get("BENCH_PRINCIPAL"):
-            app.extensions["bench_principal"] = uuid.UUID(os.environ["BENCH_PRINCIPAL"])
-        if patch is not None:
-            patch(app)
-        return app
 
-    cli.run_gunicorn(load, name=f"{service}-{variant}", host="127.0.0.1", port=port, workers=WORKERS,
-                     log_format="json" if variant == "json_log" else "text")
+def granian_app() -> Any:
+    """granian's factory (in its worker): the service named by the serving process, unpatched."""
+    import logging.config
+
+    from shared.cli import logging_config
+
+    service = os.environ["BENCH_LAYERS_SERVICE"]
+    logging.config.dictConfig(logging_config(f"{service}_svc", "text"))  # the app's own access line, as served
+    return build(service, "full")
 
 
 # The measurement (the parent) ---------------------------------------------------------
