@@ -217,13 +217,7 @@ def abandon_row():
         abort(400, "Name the row (id) to abandon.")
     action = f"abandon {resource.segment} {object_id}"
     if not auth.confirmed(action):
-        with ctx.database.engine.connect() as db_session:
-            row = reads.platform_row(db_session=db_session, resource=resource, object_id=object_id,
-                                     stalled_after=ctx.stalled_after)
-            if row is None:
-                abort(404, f"The platform has no {resource.words} {object_id}.")
-            children = reads.children_of(db_session=db_session, resource=resource, object_id=object_id,
-                                         stalled_after=ctx.stalled_after)
+        row, children = _row_and_children(resource, object_id)
         return render_template(
             "console/confirm.html", action=action, target=url_for("console.abandon_row"), button="Abandon",
             title=f"Abandon {resource.words} {object_id}?", fields={"resource": resource.segment, "id": object_id},
@@ -246,18 +240,25 @@ def abandon_row():
 # One object, both sides ------------------------------------------------------------------
 
 
+def _row_and_children(resource, object_id: uuid.UUID):
+    """The platform's row (with its shown state) and the rows under it. :raise 404: no such row."""
+    ctx = console()
+    with ctx.database.engine.connect() as db_session:
+        row = reads.platform_row(db_session=db_session, resource=resource, object_id=object_id,
+                                 stalled_after=ctx.stalled_after)
+        if row is None:
+            abort(404, f"The platform has no {resource.words} {object_id}.")
+        children = reads.children_of(db_session=db_session, resource=resource, object_id=object_id,
+                                     stalled_after=ctx.stalled_after)
+    return row, children
+
+
 @blueprint.get("/objects/<segment>/<object_id>")
 def object_page(segment: str, object_id: str):
     ctx = console()
     resource = _resource_arg(segment)
     parsed = _uuid_arg(object_id, "The object's ID")
-    with ctx.database.engine.connect() as db_session:
-        row = reads.platform_row(db_session=db_session, resource=resource, object_id=parsed,
-                                 stalled_after=ctx.stalled_after)
-        if row is None:
-            abort(404, f"The platform has no {resource.words} {parsed}.")
-        children = reads.children_of(db_session=db_session, resource=resource, object_id=parsed,
-                                     stalled_after=ctx.stalled_after)
+    row, children = _row_and_children(resource, parsed)
     sides = reads.BothSides(resource, row, None, children=children)
     try:
         sides.theirs = copy_of(ctx.client, resource, parsed)

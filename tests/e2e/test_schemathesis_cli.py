@@ -27,7 +27,7 @@ def schemathesis_run(url: str, credential: str, reports: Path) -> subprocess.Pop
     return subprocess.Popen(
         [console_script("schemathesis"), "--config-file", str(ROOT / "schemathesis.toml"), "--no-color", "run",
          f"{url}/openapi.json", "-H", f"Authorization: Bearer {credential}", "--phases", ",".join(PHASES),
-         "--max-examples", "10", "--seed", "1", "--report", "junit", "--report-dir", str(reports)],
+         "--max-examples", "5", "--seed", "1", "--report", "junit", "--report-dir", str(reports)],
         env={**os.environ, "SCHEMATHESIS_HOOKS": "tooling.fuzzing"}, cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
