@@ -28,7 +28,10 @@ def schemathesis_run(url: str, credential: str, reports: Path) -> subprocess.Pop
         [console_script("schemathesis"), "--config-file", str(ROOT / "schemathesis.toml"), "--no-color", "run",
          f"{url}/openapi.json", "-H", f"Authorization: Bearer {credential}", "--phases", ",".join(PHASES),
          "--max-examples", "5", "--seed", "1", "--report", "junit", "--report-dir", str(reports)],
-        env={**os.environ, "SCHEMATHESIS_HOOKS": "tooling.fuzzing"}, cwd=ROOT,
+        # Run where its cache (.schemathesis/) is the test's own, not the checkout's.
+        env={**os.environ, "SCHEMATHESIS_HOOKS": "tooling.fuzzing",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        cwd=reports.parent,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
 
