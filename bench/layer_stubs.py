@@ -209,6 +209,24 @@ def _push_off(app: Any) -> None:
     Pusher.push_now = lambda self, resource, row: row
 
 
+def _http_off(app: Any) -> None:
+    """platform: the inline push's HTTP call answered in the worker, as cluster_svc answers a create
+    (no urllib3, no JSON written or read, no socket), the recording of the answer kept: what the
+    HTTP core's client side costs a push."""
+    from datetime import datetime, timezone
+
+    from shared.client import Answer, InternalClient, Operation, Outcome
+
+    def call(self, operation, method, path, body, *, deadline=None):
+        now = datetime.now(timezone.utc).isoformat()
+        made = {**body, "generation": body.get("generation", 1), "created_at": now, "updated_at": now,
+                "deleted_at": None}
+        return Answer(Outcome.DONE, 201, made, f"{method} {path}: 201", operation, body)
+
+    assert Operation.CREATE  # the creates are what the load makes
+    InternalClient.call = call
+
+
 def _orjson_provider(app: Any) -> Any:
     """Flask's JSON provider with its answers written by orjson (keys sorted, times passed to Flask's
     own ``default``, as Flask's provider writes them)."""
@@ -262,6 +280,7 @@ VARIANTS: dict[str, tuple[str, Callable[[Any], None] | None]] = {
     "auth_stub": ("platform: no API-key authentication (report only)", _auth_stub),
     "idem_off": ("platform: no Idempotency-Key check", _idempotency_key_off),
     "push_off": ("platform: no inline push (HTTP call + recording)", _push_off),
+    "http_off": ("platform: the push's HTTP call answered in the worker (recording kept)", _http_off),
 }
 CLUSTER_VARIANTS = ["full", "parse_direct", "parse_none", "dump_none", "db_stub", "dbapi", "coalescer_off",
                     "metrics_off", "log_off", "json_log", "rid_off", "checks_off", "errors_off", "gthread", "granian",
@@ -269,4 +288,5 @@ CLUSTER_VARIANTS = ["full", "parse_direct", "parse_none", "dump_none", "db_stub"
 # (No dump_none for platform_svc: its answer's dump is the same layer as cluster_svc's, and
 # stubbing it there also changed what its pushes carried.)
 PLATFORM_VARIANTS = ["full", "auth_stub", "idem_off", "parse_direct", "coalescer_off", "metrics_off",
-                     "log_off", "rid_off", "push_off", "gthread", "granian", "orjson", "orjson_dumps"]
+                     "log_off", "rid_off", "push_off", "http_off", "gthread", "granian", "orjson",
+                     "orjson_dumps"]
