@@ -13,17 +13,25 @@ def status_of(answer) -> str | None:
     return answer.headers.get("Idempotency-Status")
 
 
-def test_every_answer_about_an_object_cluster_svc_confirmed_says_completed(client):
-    created = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": "status-completed"})
+def every_answer_about_one_object(client, key: str, also=lambda object_url: {}) -> dict:
+    """Each public answer about one new cluster, by what asked: its create (with ``key``), the
+    replay, the recovery route, a GET and a PATCH, ``also``'s (given the object's URL), then its DELETE."""
+    created = client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key})
     object_url = f"/v1/clusters/{created.get_json()['id']}"
     answers = {
         "create": created,
-        "replay": client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": "status-completed"}),
-        "recovery": client.get("/v1/clusters?idempotency_key=status-completed"),
+        "replay": client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": key}),
+        "recovery": client.get(f"/v1/clusters?idempotency_key={key}"),
         "get": client.get(object_url),
         "patch": client.patch(object_url, json={"name": "renamed"}),
-        "delete": client.delete(object_url),
+        **also(object_url),
     }
+    answers["delete"] = client.delete(object_url)
+    return answers
+
+
+def test_every_answer_about_an_object_cluster_svc_confirmed_says_completed(client):
+    answers = every_answer_about_one_object(client, "status-completed")
     assert {name: (a.status_code, status_of(a)) for name, a in answers.items()} == {
         "create": (201, "completed"), "replay": (200, "completed"), "recovery": (200, "completed"),
         "get": (200, "completed"), "patch": (200, "completed"), "delete": (204, "completed"),
@@ -31,18 +39,10 @@ def test_every_answer_about_an_object_cluster_svc_confirmed_says_completed(clien
 
 
 def test_while_cluster_svc_has_not_confirmed_it_every_answer_says_processing(offline_client):
-    created = offline_client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": "status-processing"})
-    object_url = f"/v1/clusters/{created.get_json()['id']}"
-    rule = offline_client.post(f"{object_url}/firewall-rules", json=rule_body())
-    answers = {
-        "create": created,
-        "replay": offline_client.post("/v1/clusters", json=cluster_body(), headers={"Idempotency-Key": "status-processing"}),
-        "recovery": offline_client.get("/v1/clusters?idempotency_key=status-processing"),
-        "get": offline_client.get(object_url),
-        "patch": offline_client.patch(object_url, json={"name": "renamed"}),
-        "rule": rule,
-        "delete": offline_client.delete(object_url),
-    }
+    answers = every_answer_about_one_object(
+        offline_client, "status-processing",
+        also=lambda object_url: {"rule": offline_client.post(f"{object_url}/firewall-rules", json=rule_body())},
+    )
     assert {name: (a.status_code, status_of(a)) for name, a in answers.items()} == {
         "create": (201, "processing"), "replay": (200, "processing"), "recovery": (200, "processing"),
         "get": (200, "processing"), "patch": (200, "processing"), "rule": (201, "processing"),
