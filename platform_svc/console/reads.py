@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, case, func, literal, select
+from sqlalchemy import Connection, func, literal, select
 from sqlalchemy.engine import Row, RowMapping
 
 from platform_svc.models import RESOURCES, Account, Lease, Pass, Sighting
 from platform_svc.operations.leadership import LEASE_NAME
 from platform_svc.operations.repair import judge
-from platform_svc.operations.status import count_states
+from platform_svc.operations.status import count_states, tries
 from platform_svc.push import content
 from platform_svc.states import SHOWN, SyncState, in_state, shown_state
 from shared.horizon import Horizon
@@ -113,12 +113,6 @@ def last_passes(*, db_session: Connection) -> dict[str, Row]:
 def due(table: Any) -> Any:
     """The column ``due``: whether the row's next try has come, on the database's clock."""
     return (table.c.next_attempt_at <= func.now()).label("due")
-
-
-def tries(table: Any) -> Any:
-    """The column ``tries``: every push of the row, the inline one included: the transient failures
-    the row counts, and the permanent answer that failed it."""
-    return (table.c.attempts + case((table.c.sync_failed_at.is_not(None), 1), else_=0)).label("tries")
 
 
 def parent_state(resource: Resource) -> Any:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, Row, case, func, select
 
 from platform_svc.states import SyncState, abandoned, in_state, stalled
 from shared.registry import Resource
@@ -26,7 +27,7 @@ class StatusReport:
     failed: Sequence[Row]  # id, sync_failed_at, sync_error; oldest failure first
     stalled: Sequence[Row]  # id, age, attempts, sync_error; oldest first
     state: SyncState | None = None  # the state asked for, whose rows ``listed`` holds (instead of the two above)
-    listed: Sequence[Row] = ()  # id, age, attempts, sync_error; in ID order
+    listed: Sequence[Row] = ()  # id, age, tries, sync_error; in ID order
 
 
 def count_states(
@@ -68,6 +69,12 @@ def count_states(
     return counts, oldest_pending
 
 
+def tries(table: Any) -> Any:
+    """The column ``tries``: every push of the row, the inline one included: the transient failures
+    the row counts, and the permanent answer that failed it."""
+    return (table.c.attempts + case((table.c.sync_failed_at.is_not(None), 1), else_=0)).label("tries")
+
+
 def read_status(
     *, db_session: Connection, resource: Resource, stalled_after: timedelta, limit: int,
     state: SyncState | None = None,
@@ -78,7 +85,7 @@ def read_status(
     counts, oldest_pending = count_states(db_session=db_session, resource=resource, stalled_after=stalled_after)
     if state is not None:
         listed = db_session.execute(
-            select(table.c.id, (func.now() - table.c.updated_at).label("age"), table.c.attempts, table.c.sync_error)
+            select(table.c.id, (func.now() - table.c.updated_at).label("age"), tries(table), table.c.sync_error)
             .where(in_state(table, state, stalled_after)).order_by(table.c.id).limit(limit)
         ).all()
         return StatusReport(counts, oldest_pending, failed=(), stalled=(), state=state, listed=listed)
@@ -109,7 +116,7 @@ def report_lines(name: str, report: StatusReport) -> list[str]:
     lines += [f"  failed {row.id} at {row.sync_failed_at:%Y-%m-%d %H:%M:%S}: {row.sync_error}" for row in report.failed]
     lines += [f"  stalled {row.id} pending {format_age(row.age)}, {row.attempts} attempts,"
               f" last error: {row.sync_error or '-'}" for row in report.stalled]
-    lines += [f"  {report.state} {row.id} last written {format_age(row.age)} ago, {row.attempts} attempts,"
+    lines += [f"  {report.state} {row.id} last written {format_age(row.age)} ago, {row.tries} tries,"
               f" last error: {row.sync_error or '-'}" for row in report.listed]
     shown = len(report.failed) + len(report.stalled) + len(report.listed)
     needing = counts[report.state] if report.state else counts[SyncState.FAILED] + counts[SyncState.STALLED]

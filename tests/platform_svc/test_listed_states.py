@@ -3,6 +3,8 @@
 state of its own on every surface (the counts, the metrics, the public API's 410), never synced."""
 from __future__ import annotations
 
+import re
+
 from click.testing import CliRunner
 from sqlalchemy import text
 
@@ -72,15 +74,21 @@ def test_sync_status_lists_the_rows_of_one_state_and_refuses_another(offline_cli
     pending = offline_client.post("/v1/clusters", json=cluster_body(name="listed")).get_json()["id"]
     closed = offline_client.post("/v1/clusters", json=cluster_body(name="closed")).get_json()["id"]
     abandoned_by_hand(platform_engine, closed)
+    failed = offline_client.post("/v1/clusters", json=cluster_body(name="refused")).get_json()["id"]
+    with platform_engine.begin() as conn:  # failed by its first push, with no transient failure before
+        conn.execute(text("UPDATE clusters SET sync_failed_at = now(), sync_error = 'POST /v1/clusters: 422',"
+                          " attempts = 0 WHERE id = :id"), {"id": failed})
     env = {"PLATFORM_DATABASE_URL": platform_db_url}
 
     listed = CliRunner().invoke(main, ["sync-status", "--state", "pending", "--limit", "1000"], env=env)
     abandoned = CliRunner().invoke(main, ["sync-status", "--state", "abandoned", "--limit", "1000"], env=env)
+    failures = CliRunner().invoke(main, ["sync-status", "--state", "failed", "--limit", "1000"], env=env)
     refused = CliRunner().invoke(main, ["sync-status", "--state", "synced"], env=env)
 
     assert listed.exit_code == 0 and f"  pending {pending} last written" in listed.output, listed.output
     assert closed not in listed.output and f"  abandoned {closed}" in abandoned.output
     assert " abandoned; oldest pending" in listed.output  # the counts name the fifth state
+    assert re.search(rf"  failed {failed} last written \S+ ago, 1 tries,", failures.output), failures.output
     assert refused.exit_code == 2 and "'synced' is not one of" in refused.output
 
 
