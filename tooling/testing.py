@@ -346,13 +346,6 @@ def every_check(path: str = "") -> list[Any]:
     return checks
 
 
-def unique_idempotency_key(case: Any) -> None:
-    """Make a generated case's Idempotency-Key unique to it (:func:`tooling.fuzzing.unique_key`)."""
-    from tooling.fuzzing import unique_key
-
-    unique_key(case.headers)
-
-
 def assert_problem(response, status: int, code: str) -> dict:
     """The Flask test response is an RFC 9457 problem document with this status and code."""
     assert response.status_code == status, response.get_data(as_text=True)

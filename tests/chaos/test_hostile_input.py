@@ -31,6 +31,7 @@ from sqlalchemy import create_engine
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from tests.chaos.convergence import fingerprint, read_audit, scenario_figures
 from tests.chaos.harness import rules_path, running_pair, seed_for
+from tooling.fuzzing import unique_key
 from tooling.pair import TOKEN, Mark, Pair, PublicApi
 from tooling.testing import (
     LiveServer,
@@ -38,7 +39,6 @@ from tooling.testing import (
     every_check,
     fresh_database,
     fuzzing_config,
-    unique_idempotency_key,
 )
 
 PROBLEM = "application/problem+json"
@@ -168,7 +168,7 @@ def test_generated_requests_get_no_5xx_and_rejected_ones_change_nothing(world, d
             # tombstone. So the row a DELETE names is left out of the comparison.
             # (The ID is the path's last segment: path_parameters' order is not the path's.)
             named = case.formatted_path.rstrip("/").rsplit("/", 1)[-1] if case.method == "DELETE" else None
-            unique_idempotency_key(case)
+            unique_key(case.headers)
             before = world.snapshot(excluding=named)
             response = case.call(base_url=base_url, headers=headers, timeout=30)
             status = response.status_code
