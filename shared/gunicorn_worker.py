@@ -28,7 +28,11 @@ A graceful stop (SIGTERM) finishes the requests in flight and closes idle
 keep-alive connections at once, as a proxy does. gunicorn's gevent worker
 would keep waiting for each idle connection's next request until its
 keep-alive time ran out, so a stop took the whole graceful timeout whenever a
-client (platform_svc's connection pool, say) kept a connection open.
+client (platform_svc's connection pool, say) kept a connection open. Its run
+loop also looked at the stop once a second, and at the connections left once a
+second after that: this worker's notices the stop at once and exits within
+50 ms of its last connection closing, so a restart costs what its requests
+need (about 1.5 s less a stop, measured).
 
 ``AccessLoggedByApp`` is gunicorn's logger minus its access line: the app
 writes one per request itself.
@@ -57,6 +61,7 @@ on more than one line (:mod:`shared.repeated_headers`).
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
@@ -64,9 +69,13 @@ from http import HTTPStatus
 from typing import Any, Self
 
 import gevent
+from gevent.event import Event
+from gevent.pool import Pool
+from gevent.server import StreamServer
 from gunicorn import glogging, util
 from gunicorn.http import errors as http_errors
 from gunicorn.http import wsgi as gunicorn_wsgi
+from gunicorn.sock import ssl_context
 from gunicorn.workers.ggevent import GeventWorker
 
 from shared import deadline
@@ -223,6 +232,8 @@ def _recording_repeated_headers(create: Any) -> Any:
 # The share of a worker's connections that may be open before each new one closes the oldest
 # waiting for a request: the rest is kept free so that a newcomer is accepted at once.
 ROOM = 0.9
+# How often a stopping worker looks whether its last connection has closed.
+STOP_POLL = 0.05
 
 
 class ProblemGeventWorker(GeventWorker):
@@ -232,6 +243,36 @@ class ProblemGeventWorker(GeventWorker):
         self._waiting: dict[Any, RequestWait] = {}  # connections waiting for a request, oldest first
         self._open = 0
         self._room = max(1, int(self.worker_connections * ROOM))
+        self._stopping = Event()  # set by a graceful stop: the run loop wakes at once
+
+    def run(self) -> None:
+        """gunicorn's gevent run loop (a pooled :class:`~gevent.server.StreamServer` per socket, the
+        master told every second that this worker lives), woken at once by a stop, which then lasts
+        as long as the connections still open (at most the graceful timeout)."""
+        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        servers = []
+        for sock in self.sockets:
+            sock.setblocking(1)
+            server = StreamServer(sock, handle=functools.partial(self.handle, sock), spawn=Pool(self.worker_connections),
+                                  **ssl_args)
+            if self.cfg.workers > 1:
+                server.max_accept = 1
+            server.start()
+            servers.append(server)
+        while self.alive:
+            self.notify()
+            self._stopping.wait(1.0)
+        for server in servers:
+            server.close()  # stop accepting
+        ends = time.monotonic() + self.cfg.graceful_timeout
+        while any(server.pool.free_count() != server.pool.size for server in servers):
+            if time.monotonic() > ends:
+                self.log.warning("Worker graceful timeout (pid:%s)", self.pid)
+                for server in servers:
+                    server.stop(timeout=1)
+                return
+            self.notify()
+            gevent.sleep(STOP_POLL)
 
     def patch(self) -> None:
         super().patch()  # gevent.monkey.patch_all(), before the app is built
@@ -291,6 +332,7 @@ class ProblemGeventWorker(GeventWorker):
     def handle_exit(self, sig, frame) -> None:
         stopping = not self.alive  # a second SIGTERM: the closing below runs already
         super().handle_exit(sig, frame)  # stop accepting and finish what is in flight...
+        self._stopping.set()
         if not stopping:
             gevent.spawn(self._close_idle_connections)  # ...and close idle connections, now and later
 
