@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +45,10 @@ import requests
 
 from tooling import embedded_pg, packages
 from tooling.devrun import migrate_databases
-from tooling.patroni import PATRONI, PATRONI_TTL, PatroniCluster, alive, children, wait_for  # noqa: F401 (alive: for tests)
+from tooling.patroni import PATRONI, PATRONI_TTL, PatroniCluster, children, wait_for
 from tooling.pgbouncer import PgBouncer
 from tooling.supervision import Program, Supervised, Supervisor
-from tooling.testing import console_script, free_port
+from tooling.testing import Ports, console_script
 
 ROOT = Path(__file__).resolve().parent.parent
 # HAProxy's checks: every 500 ms; a server is down after 2 failed checks, up after 1 good one.
@@ -59,19 +58,6 @@ SERVICE_WORKERS = 1  # gunicorn workers per replica: 4 replicas share 2 cores he
 # leader's key expires after the TTL, then a standby is promoted) and 10 s more.
 DATABASE_WAIT = PATRONI_TTL + 10
 PROXY_SOURCE = "127.0.0.2"  # HAProxy's address toward the replicas: the one proxy they trust
-
-
-@dataclass
-class Ports:
-    """The ports of a topology: consecutive from ``base`` (``make run-ha``), or any free ones (tests)."""
-
-    base: int | None = None
-    taken: dict[str, int] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> int:
-        if name not in self.taken:
-            self.taken[name] = free_port() if self.base is None else self.base + len(self.taken)
-        return self.taken[name]
 
 
 class Replica(Supervised):

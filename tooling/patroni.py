@@ -17,16 +17,14 @@ import secrets
 import shutil
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 from sqlalchemy.engine import URL
 
 from tooling import testing
 from tooling.supervision import Program, Supervised
-
-if TYPE_CHECKING:
-    from tooling.ha import Ports
+from tooling.testing import Ports
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path(os.environ.get("HA_PG_BIN", "/usr/lib/postgresql/15/bin"))

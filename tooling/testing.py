@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,19 @@ def free_port() -> int:
                 continue
         _handed_out.add(port)
         return port
+
+
+@dataclass
+class Ports:
+    """The ports of a topology: consecutive from ``base`` (``make run-ha``), or any free ones (tests)."""
+
+    base: int | None = None
+    taken: dict[str, int] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self.taken:
+            self.taken[name] = free_port() if self.base is None else self.base + len(self.taken)
+        return self.taken[name]
 
 
 class LiveServer:

@@ -23,8 +23,9 @@ import pytest
 import requests
 
 from bench.load import Load
-from tooling.ha import PATRONI_TTL, Topology, alive, wait_for
+from tooling.ha import PATRONI_TTL, Topology, wait_for
 from tooling.pair import RATE_LIMITS, TIMINGS
+from tooling.patroni import alive
 from tooling.supervision import Supervised
 from tooling.testing import _data_root
 
