@@ -29,6 +29,7 @@ from idempotent_pair_client.transport import (
     NoAnswer,
     Transport,
     encode,
+    is_item_result,
     reason,
     send_in_batches,
 )
@@ -180,17 +181,13 @@ class InternalClient:
 def _item_answers(path: str, items: list[dict[str, Any]], answer: Answer) -> list[Answer]:
     """One batch call's answer, one per item: each item's own result, or the call's answer for all."""
     results = answer.body.get("results") if answer.status == 200 and isinstance(answer.body, dict) else None
-    if not isinstance(results, list) or len(results) != len(items) or not all(_is_result(r) for r in results):
+    if not isinstance(results, list) or len(results) != len(items) or not all(map(is_item_result, results)):
         if answer.status == 200:  # not what a batch route answers: the call did not do its job
             answer = Answer(
                 Outcome.TRANSIENT, 200, answer.body, f"POST {path}: 200 without one result per item", Operation.CREATE
             )
         return [answer] * len(items)
     return [_item_answer(path, index, result, item) for index, (result, item) in enumerate(zip(results, items))]
-
-
-def _is_result(result: Any) -> bool:
-    return isinstance(result, dict) and isinstance(result.get("status"), int) and not isinstance(result["status"], bool)
 
 
 def _item_answer(path: str, index: int, result: dict[str, Any], sent: dict[str, Any]) -> Answer:

@@ -34,19 +34,20 @@ evaluated annotations.)
 """
 import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from idempotent_pair_client.accessors import (
     AsyncCollection,
+    AsyncInternalCalls,
     AsyncInternalCollection,
+    AsyncPublicCalls,
     Collection,
+    InternalCalls,
     InternalCollection,
+    PublicCalls,
     Record,
 )
 from idempotent_pair_client.pages import AsyncPager, Page
-
-if TYPE_CHECKING:
-{client_imports}
 
 __all__ = [
 {exported}
@@ -85,19 +86,21 @@ class Service:
     update_doc: str
     update_total: bool  # every field required (a PUT), or any of them (a PATCH)
     collections: tuple[str, str]  # the collection class of the sync client, and of its async twin
+    calls: tuple[str, str]  # what a collection calls on either (the accessors' protocols)
     clients: tuple[type, type] = ()  # type: ignore[assignment]  (the sync client and its twin: found, not named)
 
     @property
-    def accessors(self) -> list[tuple[str, str, str]]:
-        """(mixin, client, collection) for the sync client and its async twin."""
-        return [(f"{client.__name__.removesuffix('Client')}Resources", client.__name__, collection)
-                for client, collection in zip(self.clients, self.collections)]
+    def accessors(self) -> list[tuple[str, str, str, str]]:
+        """(mixin, client, collection, calls) for the sync client and its async twin."""
+        return [(f"{client.__name__.removesuffix('Client')}Resources", client.__name__, collection, calls)
+                for client, collection, calls in zip(self.clients, self.collections, self.calls)]
 
 
 PLATFORM = Service("platform_svc", "", "patch", "An update's body (PATCH): any of the mutable fields.", False,
-                   ("Collection", "AsyncCollection"))
+                   ("Collection", "AsyncCollection"), ("PublicCalls", "AsyncPublicCalls"))
 INTERNAL = Service("cluster_svc", "Internal", "update", "An update's body (PUT, with ``generation`` beside it):"
-                   " every mutable field.", True, ("InternalCollection", "AsyncInternalCollection"))
+                   " every mutable field.", True, ("InternalCollection", "AsyncInternalCollection"),
+                   ("InternalCalls", "AsyncInternalCalls"))
 
 
 def _with_clients(service: Service) -> Service:
@@ -115,7 +118,7 @@ def _with_clients(service: Service) -> Service:
     chosen = tuple(next(c for c in found if (c.__name__.endswith("PlatformClient")) == (service is PLATFORM))
                    for found in pairs)
     return Service(service.said, service.prefix, service.update_role, service.update_doc, service.update_total,
-                   service.collections, chosen)
+                   service.collections, service.calls, chosen)
 
 
 def render() -> str:
@@ -130,17 +133,12 @@ def render() -> str:
         (_with_clients(INTERNAL), cluster_svc.models.RESOURCES, cluster_svc.schemas.route_schemas,
          lambda resource: cluster_svc.schemas.route_schemas(resource)["list_args"]),
     ]
-    by_module: dict[str, list[str]] = {}
-    for client in sorted((c for service, *_ in services for c in service.clients), key=lambda c: c.__name__):
-        by_module.setdefault(client.__module__, []).append(client.__name__)
-    imports = [f"    from {module} import {', '.join(names)}" for module, names in sorted(by_module.items())]
     generated = [_service(*service) for service in services]
     vocabularies: dict[str, tuple[str, ...]] = {}
     for _, _, names in generated:
         vocabularies.update(names)
     exported = sorted([*vocabularies, *(name for _, names, _ in generated for name in names)])
     return HEADER.format(
-        client_imports="\n".join(imports),
         exported="\n".join(f"    {name!r}," for name in exported).replace("'", '"'),
         vocabularies="".join(f"\n{name} = Literal[{', '.join(map(repr, values))}]\n".replace("'", '"')
                              for name, values in sorted(vocabularies.items())),
@@ -183,7 +181,7 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
 ''' + "".join(f"    {field}: {python_type(spec)}\n" for field, spec in update.items() if field != "generation"))
         ids = [ancestor.id_column for ancestor in resource.ancestors]
         path = "/v1" + resource.collection_path({column: f"{{{column}}}" for column in ids})
-        for twin, (_, client, collection) in enumerate(service.accessors):
+        for twin, (_, _, collection, calls) in enumerate(service.accessors):
             typed = f"{collection}[{name}, {name}Create, {name}Update]"
             plural = ("Async" if twin else "") + service.prefix + _camel(resource.plural)
             pager = "AsyncPager" if twin else "Page"
@@ -192,18 +190,18 @@ class {name}Update(TypedDict{"" if service.update_total else ", total=False"}):
             if ids:
                 params = ", ".join(f"{column}: str" for column in ids)
                 accessors[twin].append(f'''
-    def {resource.plural}(self: "{client}", {params}) -> {plural}:
+    def {resource.plural}(self: {calls}, {params}) -> {plural}:
         """The {resource.words.replace("_", " ")}s under one {resource.parent.words}."""
         return {plural}(self, f"{path}", {name})
 ''')
             else:
                 accessors[twin].append(f'''
     @property
-    def {resource.plural}(self: "{client}") -> {plural}:
+    def {resource.plural}(self: {calls}) -> {plural}:
         """Every {resource.words} {"of the account" if service.prefix == "" else "(every team's)"}."""
         return {plural}(self, "{path}", {name})
 ''')
-    for twin, (mixin, client, _) in enumerate(service.accessors):
+    for twin, (mixin, client, _, _) in enumerate(service.accessors):
         parts.append(f'''
 
 class {mixin}:

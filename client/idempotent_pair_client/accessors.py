@@ -10,18 +10,93 @@ internal one's creates carry the caller's ID, its updates a generation.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
-from idempotent_pair_client.core import Deletion, Meta
+from idempotent_pair_client.core import Deletion, Meta, Object
 from idempotent_pair_client.pages import AsyncPage, AsyncPager, Page
 
-if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
-    from idempotent_pair_client.cluster import ClusterClient
-    from idempotent_pair_client.platform import PlatformClient
+Unknown = Literal["tombstone", "refuse"]
+
+
+# What a collection calls on its client, by path: the clients above this module
+# (PlatformClient, ClusterClient and their async twins) have these calls, and
+# this module needs nothing else of them.
+
+
+class ReadCalls(Protocol):
+    def get(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...) -> Object: ...
+
+    def list(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...,
+             **filters: str | int | bool | None) -> Page[dict[str, Any]]: ...
+
+
+class PublicCalls(ReadCalls, Protocol):
+    """platform_svc's calls (:class:`~idempotent_pair_client.platform.PlatformClient`'s)."""
+
+    def create(self, path: str, body: Mapping[str, Any], idempotency_key: str | None = ..., *,
+               timeout: float | None = ..., retry_for: float | None = ..., wait: int | None = ...,
+               operation: str | None = ...) -> Object: ...
+
+    def update(self, path: str, fields: Mapping[str, Any], *, timeout: float | None = ...,
+               retry_for: float | None = ..., wait: int | None = ...) -> Object: ...
+
+    def delete(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...,
+               wait: int | None = ...) -> Deletion: ...
+
+    def find_by_idempotency_key(self, path: str, key: str, *, timeout: float | None = ...,
+                                retry_for: float | None = ...) -> Object | None: ...
+
+
+class InternalCalls(ReadCalls, Protocol):
+    """cluster_svc's calls (:class:`~idempotent_pair_client.cluster.ClusterClient`'s)."""
+
+    def create(self, path: str, body: Mapping[str, Any], *, timeout: float | None = ...,
+               retry_for: float | None = ...) -> Object: ...
+
+    def update(self, path: str, fields: Mapping[str, Any], *, generation: int, timeout: float | None = ...,
+               retry_for: float | None = ...) -> Object: ...
+
+    def delete(self, path: str, *, unknown: Unknown = ..., timeout: float | None = ...,
+               retry_for: float | None = ...) -> Deletion: ...
+
+
+class AsyncReadCalls(Protocol):
+    async def get(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...) -> Object: ...
+
+    def list(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...,
+             **filters: str | int | bool | None) -> AsyncPager[dict[str, Any]]: ...
+
+
+class AsyncPublicCalls(AsyncReadCalls, Protocol):
+    """:class:`PublicCalls`, awaited (:class:`~idempotent_pair_client.aio.AsyncPlatformClient`'s)."""
+
+    async def create(self, path: str, body: Mapping[str, Any], idempotency_key: str | None = ..., *,
+                     timeout: float | None = ..., retry_for: float | None = ..., wait: int | None = ...,
+                     operation: str | None = ...) -> Object: ...
+
+    async def update(self, path: str, fields: Mapping[str, Any], *, timeout: float | None = ...,
+                     retry_for: float | None = ..., wait: int | None = ...) -> Object: ...
+
+    async def delete(self, path: str, *, timeout: float | None = ..., retry_for: float | None = ...,
+                     wait: int | None = ...) -> Deletion: ...
+
+    async def find_by_idempotency_key(self, path: str, key: str, *, timeout: float | None = ...,
+                                      retry_for: float | None = ...) -> Object | None: ...
+
+
+class AsyncInternalCalls(AsyncReadCalls, Protocol):
+    """:class:`InternalCalls`, awaited (:class:`~idempotent_pair_client.aio.AsyncClusterClient`'s)."""
+
+    async def create(self, path: str, body: Mapping[str, Any], *, timeout: float | None = ...,
+                     retry_for: float | None = ...) -> Object: ...
+
+    async def update(self, path: str, fields: Mapping[str, Any], *, generation: int,
+                     timeout: float | None = ..., retry_for: float | None = ...) -> Object: ...
+
+    async def delete(self, path: str, *, unknown: Unknown = ..., timeout: float | None = ...,
+                     retry_for: float | None = ...) -> Deletion: ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,11 +120,15 @@ class Record:
         return {name: getattr(self, name) for name in _fields(type(self))[0]} | dict(self.extra)
 
 
-@functools.cache
+_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
 def _fields(record: type) -> tuple[tuple[str, ...], frozenset[str]]:
-    """A record's fields (less ``meta`` and ``extra``), and those that hold a time."""
-    found = [f for f in dataclasses.fields(record) if f.name not in ("meta", "extra")]
-    return tuple(f.name for f in found), frozenset(f.name for f in found if _is_time(f.type))
+    """A record's fields (less ``meta`` and ``extra``), and those that hold a time (read once a class)."""
+    if record not in _FIELDS:
+        found = [f for f in dataclasses.fields(record) if f.name not in ("meta", "extra")]
+        _FIELDS[record] = tuple(f.name for f in found), frozenset(f.name for f in found if _is_time(f.type))
+    return _FIELDS[record]
 
 
 def _is_time(annotation: object) -> bool:
@@ -70,7 +149,7 @@ class _Reads(Generic[R]):
     """What every collection reads the same way, whichever service: one object, and the listing
     (each generated collection's ``list`` names its own filters)."""
 
-    def __init__(self, client: PlatformClient | ClusterClient, path: str, record: type[R]) -> None:
+    def __init__(self, client: ReadCalls, path: str, record: type[R]) -> None:
         self.client = client
         self.path = path
         self.record = record
@@ -88,7 +167,7 @@ class _Reads(Generic[R]):
 class _AsyncReads(Generic[R]):
     """:class:`_Reads`, awaited."""
 
-    def __init__(self, client: AsyncPlatformClient | AsyncClusterClient, path: str, record: type[R]) -> None:
+    def __init__(self, client: AsyncReadCalls, path: str, record: type[R]) -> None:
         self.client = client
         self.path = path
         self.record = record
@@ -112,7 +191,7 @@ class Collection(_Reads[R], Generic[R, C, U]):
     """One collection of platform_svc's public API (``path``), its objects as ``record`` s: each call
     is :class:`~idempotent_pair_client.platform.PlatformClient`'s of the same name, typed."""
 
-    client: PlatformClient
+    client: PublicCalls
 
     def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
@@ -157,7 +236,7 @@ class Collection(_Reads[R], Generic[R, C, U]):
 class AsyncCollection(_AsyncReads[R], Generic[R, C, U]):
     """:class:`Collection`, awaited: one collection of an :class:`~idempotent_pair_client.aio.AsyncPlatformClient`."""
 
-    client: AsyncPlatformClient
+    client: AsyncPublicCalls
 
     async def create(
         self, body: C, *, idempotency_key: str | None = None, timeout: float | None = None,
@@ -195,7 +274,7 @@ class AsyncCollection(_AsyncReads[R], Generic[R, C, U]):
 class InternalCollection(_Reads[R], Generic[R, C, U]):
     """One collection of cluster_svc's internal API: creates carry the caller's ``id``, updates a ``generation``."""
 
-    client: ClusterClient
+    client: InternalCalls
 
     def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
         """The object created (``meta.status`` 201) or already there (200).
@@ -216,7 +295,7 @@ class InternalCollection(_Reads[R], Generic[R, C, U]):
         return self.record.of(answered, answered.meta)
 
     def delete(
-        self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        self, object_id: str, *, unknown: Unknown = "tombstone", timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Deletion:
         """Delete the object: ``DELETED``, ``ALREADY_GONE``, or ``NEVER_SEEN`` (a tombstone keeps the ID);
@@ -229,7 +308,7 @@ class InternalCollection(_Reads[R], Generic[R, C, U]):
 class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
     """:class:`InternalCollection`, awaited."""
 
-    client: AsyncClusterClient
+    client: AsyncInternalCalls
 
     async def create(self, body: C, *, timeout: float | None = None, retry_for: float | None = None) -> R:
         """:meth:`InternalCollection.create`, awaited."""
@@ -246,7 +325,7 @@ class AsyncInternalCollection(_AsyncReads[R], Generic[R, C, U]):
         return self.record.of(answered, answered.meta)
 
     async def delete(
-        self, object_id: str, *, unknown: Literal["tombstone", "refuse"] = "tombstone", timeout: float | None = None,
+        self, object_id: str, *, unknown: Unknown = "tombstone", timeout: float | None = None,
         retry_for: float | None = None,
     ) -> Deletion:
         """:meth:`InternalCollection.delete`, awaited."""

@@ -18,7 +18,7 @@ import httpx
 import uuid6
 
 from idempotent_pair_client import request_id
-from idempotent_pair_client.cluster import TOKEN_VARIABLE, _item_results
+from idempotent_pair_client.cluster import TOKEN_VARIABLE
 from idempotent_pair_client.cluster import URL_VARIABLE as CLUSTER_URL
 from idempotent_pair_client.core import (
     Deletion,
@@ -30,6 +30,7 @@ from idempotent_pair_client.core import (
     caller_policy,
     expect,
     from_environment,
+    item_results,
     page_of,
     paged,
     query_of,
@@ -263,7 +264,7 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
                 half = len(chunk) // 2
                 pending[:0] = [chunk[:half], chunk[half:]]
                 continue
-            results += _item_results(route, len(results), chunk, reply)
+            results += item_results(route, len(results), chunk, reply)
         return results
 
     async def update(

@@ -30,11 +30,12 @@ from idempotent_pair_client.core import (
     ServiceClient,
     body_of,
     from_environment,
+    item_results,
 )
-from idempotent_pair_client.errors import ProblemError, problem_error
+from idempotent_pair_client.errors import ProblemError
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.resources import ClusterResources
-from idempotent_pair_client.transport import Attempt, Reply, send_in_batches
+from idempotent_pair_client.transport import Attempt, send_in_batches
 
 __all__ = ["ClientError", "ClusterClient", "NoAnswer", "ProblemError"]
 
@@ -95,7 +96,7 @@ class ClusterClient(ServiceClient, ClusterResources):
             max_items=MAX_BATCH_ITEMS, max_bytes=MAX_BODY_BYTES, too_large=lambda reply: reply.status == 413,
         )
         for chunk, reply in calls:
-            results += _item_results(route, len(results), chunk, reply)
+            results += item_results(route, len(results), chunk, reply)
         return results
 
     def update(
@@ -128,27 +129,3 @@ class ClusterClient(ServiceClient, ClusterResources):
             self._call("GET", path, ok=(200, 410), timeout=timeout, retry_for=retry_for)
         reply = self._call("DELETE", path, ok=(204, 404, 410), timeout=timeout, retry_for=retry_for)
         return Deletion.of(reply)
-
-
-def _item_results(
-    route: str, first: int, chunk: Sequence[Mapping[str, Any]], reply: Reply
-) -> list[dict[str, Any] | ProblemError]:
-    """One batch call's answer, one entry per item of ``chunk`` (item ``first`` of the whole batch onward)."""
-    if reply.status == 413 and len(chunk) == 1:  # this item alone is too large
-        return [problem_error(f"POST {route} item {first}", 413, reply.body, reply.request_id)]
-    if reply.status != 200:
-        raise problem_error(f"POST {route}", reply.status, reply.body, reply.request_id)
-    answers = reply.body.get("results") if isinstance(reply.body, dict) else None
-    if not isinstance(answers, list) or len(answers) != len(chunk) or not all(map(_is_result, answers)):
-        raise ClientError(f"POST {route}: 200 without one result per item")
-    return [
-        answer.get("object") if answer.get("status") in (200, 201)
-        else problem_error(f"POST {route} item {first + index}", answer["status"], answer.get("problem"),
-                           reply.request_id)
-        for index, answer in enumerate(answers)
-    ]
-
-
-def _is_result(answer: Any) -> bool:
-    status = answer.get("status") if isinstance(answer, dict) else None
-    return isinstance(status, int) and not isinstance(status, bool)

@@ -22,7 +22,7 @@ import builtins
 import dataclasses
 import enum
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import urlencode
@@ -30,7 +30,7 @@ from urllib.parse import urlencode
 from idempotent_pair_client.errors import ClientError, NoAnswer, ProblemError, problem_error
 from idempotent_pair_client.meta import IdempotencyStatus, Meta, RateLimit
 from idempotent_pair_client.pages import Page
-from idempotent_pair_client.transport import Attempt, ClientPolicy, Reply, Transport
+from idempotent_pair_client.transport import Attempt, ClientPolicy, Reply, Transport, is_item_result
 
 __all__ = [
     "IN_FLIGHT_CODES", "ClientError", "Deletion", "IdempotencyStatus", "Meta", "NoAnswer", "Object", "Outcome", "Page",
@@ -261,3 +261,22 @@ def _query_value(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def item_results(
+    route: str, first: int, chunk: Sequence[Mapping[str, Any]], reply: Reply
+) -> list[dict[str, Any] | ProblemError]:
+    """One batch call's answer to a caller, one entry per item of ``chunk`` (item ``first`` of the whole batch onward)."""
+    if reply.status == 413 and len(chunk) == 1:  # this item alone is too large
+        return [problem_error(f"POST {route} item {first}", 413, reply.body, reply.request_id)]
+    if reply.status != 200:
+        raise problem_error(f"POST {route}", reply.status, reply.body, reply.request_id)
+    answers = reply.body.get("results") if isinstance(reply.body, dict) else None
+    if not isinstance(answers, list) or len(answers) != len(chunk) or not all(map(is_item_result, answers)):
+        raise ClientError(f"POST {route}: 200 without one result per item")
+    return [
+        answer.get("object") if answer.get("status") in (200, 201)
+        else problem_error(f"POST {route} item {first + index}", answer["status"], answer.get("problem"),
+                           reply.request_id)
+        for index, answer in enumerate(answers)
+    ]

@@ -38,10 +38,10 @@ def current_request_id() -> str | None:
     return _current.get()
 
 
-def bind(request_id: str | None) -> contextvars.Token:
+def bind(request_id: str | None) -> contextvars.Token[str | None]:
     """Make ``request_id`` current; pass the token to :func:`unbind` when done."""
     return _current.set(request_id)
 
 
-def unbind(token: contextvars.Token) -> None:
+def unbind(token: contextvars.Token[str | None]) -> None:
     _current.reset(token)

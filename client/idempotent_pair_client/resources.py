@@ -12,21 +12,20 @@ evaluated annotations.)
 """
 import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from idempotent_pair_client.accessors import (
     AsyncCollection,
+    AsyncInternalCalls,
     AsyncInternalCollection,
+    AsyncPublicCalls,
     Collection,
+    InternalCalls,
     InternalCollection,
+    PublicCalls,
     Record,
 )
 from idempotent_pair_client.pages import AsyncPager, Page
-
-if TYPE_CHECKING:
-    from idempotent_pair_client.aio import AsyncClusterClient, AsyncPlatformClient
-    from idempotent_pair_client.cluster import ClusterClient
-    from idempotent_pair_client.platform import PlatformClient
 
 __all__ = [
     "AsyncClusters",
@@ -200,11 +199,11 @@ class PlatformResources:
     """platform_svc's collections by name, which :class:`PlatformClient` has."""
 
     @property
-    def clusters(self: "PlatformClient") -> Clusters:
+    def clusters(self: PublicCalls) -> Clusters:
         """Every cluster of the account."""
         return Clusters(self, "/v1/clusters", Cluster)
 
-    def firewall_rules(self: "PlatformClient", cluster_id: str) -> FirewallRules:
+    def firewall_rules(self: PublicCalls, cluster_id: str) -> FirewallRules:
         """The firewall rules under one cluster."""
         return FirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
 
@@ -213,11 +212,11 @@ class AsyncPlatformResources:
     """platform_svc's collections by name, which :class:`AsyncPlatformClient` has."""
 
     @property
-    def clusters(self: "AsyncPlatformClient") -> AsyncClusters:
+    def clusters(self: AsyncPublicCalls) -> AsyncClusters:
         """Every cluster of the account."""
         return AsyncClusters(self, "/v1/clusters", Cluster)
 
-    def firewall_rules(self: "AsyncPlatformClient", cluster_id: str) -> AsyncFirewallRules:
+    def firewall_rules(self: AsyncPublicCalls, cluster_id: str) -> AsyncFirewallRules:
         """The firewall rules under one cluster."""
         return AsyncFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", FirewallRule)
 
@@ -361,11 +360,11 @@ class ClusterResources:
     """cluster_svc's collections by name, which :class:`ClusterClient` has."""
 
     @property
-    def clusters(self: "ClusterClient") -> InternalClusters:
+    def clusters(self: InternalCalls) -> InternalClusters:
         """Every cluster (every team's)."""
         return InternalClusters(self, "/v1/clusters", InternalCluster)
 
-    def firewall_rules(self: "ClusterClient", cluster_id: str) -> InternalFirewallRules:
+    def firewall_rules(self: InternalCalls, cluster_id: str) -> InternalFirewallRules:
         """The firewall rules under one cluster."""
         return InternalFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)
 
@@ -374,10 +373,10 @@ class AsyncClusterResources:
     """cluster_svc's collections by name, which :class:`AsyncClusterClient` has."""
 
     @property
-    def clusters(self: "AsyncClusterClient") -> AsyncInternalClusters:
+    def clusters(self: AsyncInternalCalls) -> AsyncInternalClusters:
         """Every cluster (every team's)."""
         return AsyncInternalClusters(self, "/v1/clusters", InternalCluster)
 
-    def firewall_rules(self: "AsyncClusterClient", cluster_id: str) -> AsyncInternalFirewallRules:
+    def firewall_rules(self: AsyncInternalCalls, cluster_id: str) -> AsyncInternalFirewallRules:
         """The firewall rules under one cluster."""
         return AsyncInternalFirewallRules(self, f"/v1/clusters/{cluster_id}/firewall-rules", InternalFirewallRule)

@@ -430,6 +430,12 @@ def send_in_batches(
         yield from _halves(send, chunk, too_large)
 
 
+def is_item_result(result: Any) -> bool:
+    """Whether one entry of a batch route's ``results`` is an item's answer (an object with an integer status)."""
+    status = result.get("status") if isinstance(result, dict) else None
+    return isinstance(status, int) and not isinstance(status, bool)
+
+
 def _halves(
     send: Callable[[list[Item]], Result], chunk: list[Item], too_large: Callable[[Result], bool]
 ) -> Iterator[tuple[list[Item], Result]]:
