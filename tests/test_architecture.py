@@ -209,7 +209,7 @@ ROLES = {
     "console": {"api", "push", "operations", "reconciler"},  # an operator's window on all of it
 }
 CORE = {"platform_svc.models", "platform_svc.schemas", "platform_svc.states", "platform_svc.settings"}
-ASSEMBLERS = {"platform_svc", "platform_svc.cli"}
+ASSEMBLERS = {"platform_svc", "platform_svc.cli", "platform_svc.credentials_cli"}
 
 
 def role_of(module: str) -> str | None:
