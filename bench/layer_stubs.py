@@ -204,9 +204,9 @@ def _idempotency_key_off(app: Any) -> None:
 
 def _push_off(app: Any) -> None:
     """platform_svc: no inline push (no call to cluster_svc, no recording): answered as committed."""
-    from platform_svc.push.pusher import Pusher
+    from platform_svc.push.inline import InlinePusher
 
-    Pusher.push_now = lambda self, resource, row: row
+    InlinePusher.push_now = lambda self, resource, row: row
 
 
 def _http_off(app: Any) -> None:

@@ -44,7 +44,8 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc.operations.metrics import SyncRowsCollector
     from platform_svc.operations.sightings import Sightings
     from platform_svc.push.breaker import CircuitBreaker
-    from platform_svc.push.pusher import Pusher
+    from platform_svc.push.inline import InlinePusher
+    from platform_svc.push.pusher import PushPath
     from shared.api import create_service_app
     from shared.clock import ClockWatch
     from sqlalchemy.exc import IntegrityError
@@ -76,10 +77,9 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     app.extensions["horizon"] = settings.horizon
     app.extensions["clock"] = clock
     sightings = Sightings(database, "web")  # what this worker's calls saw of cluster_svc, for the console
-    app.extensions["pusher"] = Pusher(
-        database, sightings.watching(settings.client(INLINE_POLICY)), breaker=breaker, horizon=settings.horizon,
-        clock=clock,
-    )
+    app.extensions["pusher"] = InlinePusher(PushPath(
+        database, sightings.watching(settings.client(INLINE_POLICY)), horizon=settings.horizon, clock=clock,
+    ), breaker)
     app.extensions["inline_lease"] = settings.inline_lease
     app.extensions["authenticator"] = authenticator
     app.extensions["refusals"] = refusals

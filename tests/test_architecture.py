@@ -331,5 +331,5 @@ def test_every_dotted_name_a_comment_or_docstring_of_the_runtime_writes_exists()
 
 
 def test_the_name_checker_finds_a_name_that_is_gone():
-    assert resolves("platform_svc.push.pusher.Pusher") and resolves("shared.errors")
+    assert resolves("platform_svc.push.pusher.UnitPusher") and resolves("shared.errors")
     assert not resolves("platform_svc.sync") and not resolves("cluster_svc.resources")

@@ -20,7 +20,8 @@ from sqlalchemy.engine import RowMapping
 
 from platform_svc.api import services
 from platform_svc.models import RESOURCES, Account
-from platform_svc.push.pusher import Pusher
+from platform_svc.push.inline import InlinePusher
+from platform_svc.push.pusher import PushPath
 from platform_svc.states import SyncState
 from shared.client import InternalClient
 from shared.contract import EXAMPLES
@@ -69,7 +70,7 @@ def id_conflict(database: Database, client: InternalClient, horizon: Horizon) ->
                            {**values, "id": str(row["id"]), root.declaration.owner: str(uuid.uuid4())})
     if theirs.status != 201:
         raise NotRehearsed(f"cluster_svc did not take the other team's object: {theirs.reason}")
-    pushed = Pusher(database, client, horizon=horizon).push_now(root, row)
+    pushed = InlinePusher(PushPath(database, client, horizon=horizon)).push_now(root, row)
     if pushed["sync_state"] != SyncState.FAILED or "id_conflict" not in (pushed["sync_error"] or ""):
         raise NotRehearsed(f"the push did not meet an id_conflict: {pushed['sync_state']}, {pushed['sync_error']}")
     return Rehearsal(row["id"], account_id, pushed)

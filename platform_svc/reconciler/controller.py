@@ -31,9 +31,8 @@ from typing import Any
 from idempotent_pair_client import request_id
 from sqlalchemy import func, select
 
-from platform_svc.models import RESOURCES
 from platform_svc.operations.passes import record_pass, this_process
-from platform_svc.push.pusher import Pusher
+from platform_svc.push.pusher import UnitPusher
 from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.states import SyncState
@@ -67,7 +66,7 @@ class RecoveryWatch:
 
     def __init__(
         self,
-        pusher: Pusher,
+        pusher: UnitPusher,
         *,
         suspect: bool,
         failures_to_suspect: int = 3,
@@ -124,13 +123,13 @@ class RecoveryWatch:
         if not (seen or unsure or slow):
             if not suspect:
                 return 0
-            with self.pusher.database.engine.connect() as db_session:
+            with self.pusher.path.database.engine.connect() as db_session:
                 if not in_backoff(db_session=db_session):
                     with self._lock:  # suspected from the start, and nothing waits from before: drop it
                         if not (self._seen or self._unsure):
                             self._suspect = False
                     return 0
-        if not self.pusher.client.probe(PROBE):
+        if not self.pusher.path.client.probe(PROBE):
             with self._lock:
                 self._unsure = False
                 self._outage_seen("a probe failed")
@@ -166,9 +165,9 @@ class RecoveryWatch:
         saw cluster_svc fail) or when rows were woken.
         """
         woken = 0
-        for resource in RESOURCES:
+        for resource in self.pusher.resources:
             while True:
-                with self.pusher.database.begin() as db_session:
+                with self.pusher.path.database.begin() as db_session:
                     count = wake_backed_off(db_session=db_session, resource=resource, limit=self.wake_batch)
                 woken += count
                 if count < self.wake_batch:
@@ -189,9 +188,9 @@ class RecoveryWatch:
 
 
 class Reconciler:
-    """The scheduler and its workers over one :class:`Pusher`."""
+    """The scheduler and its workers over one :class:`~platform_svc.push.pusher.UnitPusher`."""
 
-    def __init__(self, pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings(), *, suspect: bool) -> None:
+    def __init__(self, pusher: UnitPusher, settings: ReconcilerSettings = ReconcilerSettings(), *, suspect: bool) -> None:
         """``suspect``: rows may wait on an outage from before this process (:class:`RecoveryWatch`)."""
         self.pusher = pusher
         self.settings = settings
@@ -248,7 +247,7 @@ class Reconciler:
                         # What the console's overview shows as the reconciler's last pass: this burst.
                         line = _states_line(Counter(burst.values()), pushes)
                         log.info("%s", line)
-                        record_pass(self.pusher.database, "reconcile", this_process(), line)
+                        record_pass(self.pusher.path.database, "reconcile", this_process(), line)
                         burst, pushes = {}, 0
                     self._nudge.wait(self.settings.idle_interval)
                     self._nudge.clear()
@@ -270,8 +269,8 @@ class Reconciler:
         push_by = time.monotonic() + self.settings.lease_margin
         claims: list[Claim] = []
         batch = self.settings.batch
-        with self.pusher.database.begin() as db_session:
-            for resource in RESOURCES:
+        with self.pusher.path.database.begin() as db_session:
+            for resource in self.pusher.resources:
                 for creates, per_unit in ((True, batch), (False, 1)):
                     left = room - len(claims)
                     if left <= 0:
@@ -295,7 +294,7 @@ class Reconciler:
             with self.watch.pushing():
                 rows = self.pusher.push_claimed(claim, cancelled=stop.is_set, observe=self.watch.observe)
             if rows is not None:
-                self.pusher.fail_waiting(claim.resource, rows)
+                self.pusher.path.fail_waiting(claim.resource, rows)
         except Exception as exc:  # noqa: BLE001 (their leases run out; they are pushed again later)
             ids = ", ".join(str(row["id"]) for row in claim.rows[:3]) + (" ..." if len(claim.rows) > 3 else "")
             _log_failure(f"push of {len(claim.rows)} {claim.resource.words} ({ids})", exc)
@@ -310,20 +309,20 @@ class Reconciler:
         self._nudge.set()
 
     def _database_now(self) -> datetime:
-        with self.pusher.database.engine.connect() as db_session:
+        with self.pusher.path.database.engine.connect() as db_session:
             return db_session.execute(select(func.now())).scalar_one()
 
 
-def reconcile_once(pusher: Pusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
+def reconcile_once(pusher: UnitPusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
     """Drain what is due now; return the sync states the pushed rows reached."""
     return Reconciler(pusher, settings, suspect=False).drain()
 
 
-def count_failed(pusher: Pusher) -> int:
-    with pusher.database.engine.connect() as db_session:
+def count_failed(pusher: UnitPusher) -> int:
+    with pusher.path.database.engine.connect() as db_session:
         return sum(
             db_session.execute(select(func.count()).where(resource.table.c.sync_state == SyncState.FAILED)).scalar_one()
-            for resource in RESOURCES
+            for resource in pusher.resources
         )
 
 

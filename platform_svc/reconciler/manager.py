@@ -2,7 +2,7 @@
 
 :class:`ReconcilerProcess` builds, from the command's options and the environment, one
 :class:`~platform_svc.reconciler.settings.ReconcilerSettings` and what one reconciler process is
-made of: its database pool, the :class:`~platform_svc.push.pusher.Pusher` (with the client policy
+made of: its database pool, the :class:`~platform_svc.push.pusher.UnitPusher` (with the client policy
 of its pushes), the controller (:mod:`platform_svc.reconciler.controller`), the lease that makes
 one of several reconcilers the one running the periodic passes
 (:class:`~platform_svc.operations.leadership.Leadership`), those passes (drift repair, purge), its
@@ -32,7 +32,8 @@ from platform_svc.operations.purge import purger
 from platform_svc.operations.repair import Repairer
 from platform_svc.operations.runs import RepairRuns
 from platform_svc.operations.sightings import Sightings
-from platform_svc.push.pusher import Pusher
+from platform_svc.models import RESOURCES
+from platform_svc.push.pusher import PushPath, UnitPusher
 from platform_svc.push.schedule import RetryPolicy
 from platform_svc.reconciler.controller import Reconciler, count_failed
 from platform_svc.reconciler.periodic import Periodic, run_periodically
@@ -83,11 +84,11 @@ class ReconcilerProcess:
         self.platform = dataclasses.replace(platform or Settings.from_env(), pool_size=settings.concurrency + 4)
         database = self.platform.database()
         self.sightings = Sightings(database, "reconciler")  # what its calls saw of cluster_svc, for the console
-        self.pusher = Pusher(
+        self.pusher = UnitPusher(PushPath(
             database, self.sightings.watching(self.platform.client(settings.client_policy())),
             RetryPolicy(max_delay=settings.max_backoff), horizon=self.platform.horizon,
-        )
-        self.leadership = Leadership(self.pusher.database, ttl=settings.leader_lease)
+        ), RESOURCES)
+        self.leadership = Leadership(database, ttl=settings.leader_lease)
         self.duties = self._duties()
         self.metrics_host = settings.metrics_host or os.environ.get("HOST", "").strip() or "127.0.0.1"
         self._stop = threading.Event()
@@ -116,7 +117,7 @@ class ReconcilerProcess:
         finally:
             self._stop_metrics()
         self.echo(_pushed_line(states))
-        record_pass(self.pusher.database, "reconcile", this_process(), _pushed_line(states))
+        record_pass(self.pusher.path.database, "reconcile", this_process(), _pushed_line(states))
         if failed:
             self.echo(f"{_rows(failed)} {'is' if failed == 1 else 'are'} failed; see `platform-svc sync-status`.", err=True)
         return 1 if failed else 0
@@ -165,7 +166,7 @@ class ReconcilerProcess:
         """The periodic passes whose interval is not 0, each with a client or database of its own making;
         and, when there is any, the console's real repair runs (which need the lease those passes hold)."""
         duties = []
-        database, horizon = self.pusher.database, self.platform.horizon
+        database, horizon = self.pusher.path.database, self.platform.horizon
         client = self.sightings.watching(self.platform.client(ClientPolicy(pool_size=1)))
         if self.settings.repair_interval > 0:
             repairer = Repairer(database, client, horizon=horizon)
@@ -199,7 +200,7 @@ class ReconcilerProcess:
         from shared.clock import ClockCollector
         from shared.metrics import serve_process_metrics
 
-        collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.clock, measure=True)]
+        collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.path.clock, measure=True)]
         self._stop_metrics = serve_process_metrics(port, self.metrics_host, collectors=collectors)
         self.echo(f"reconciler metrics on http://{self.metrics_host}:{port}/metrics")
 

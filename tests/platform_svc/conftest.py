@@ -56,7 +56,7 @@ def _app(platform_db_url, cluster_svc_url):
 
 
 def _dispose(app):
-    app.extensions["pusher"].client.close()
+    app.extensions["pusher"].path.client.close()
     app.extensions["console"].client.close()
     app.extensions["database"].dispose()
 
@@ -150,11 +150,12 @@ def live_pusher(platform_database, cluster_svc):
     """A reconciler's pusher that reaches cluster_svc."""
     from idempotent_pair_client.transport import ClientPolicy
 
-    from platform_svc.push.pusher import Pusher
+    from platform_svc.models import RESOURCES
+    from platform_svc.push.pusher import PushPath, UnitPusher
     from shared.client import InternalClient
 
     client = InternalClient(cluster_svc.url, TOKEN, ClientPolicy(connect_timeout=1, read_timeout=5, retries=1))
-    yield Pusher(platform_database, client)
+    yield UnitPusher(PushPath(platform_database, client), RESOURCES)
     client.close()
 
 
@@ -163,14 +164,15 @@ def dead_pusher(platform_database):
     """Make a pusher, with a given RetryPolicy, whose calls cannot connect."""
     from idempotent_pair_client.transport import ClientPolicy
 
-    from platform_svc.push.pusher import Pusher
+    from platform_svc.models import RESOURCES
+    from platform_svc.push.pusher import PushPath, UnitPusher
     from shared.client import InternalClient
 
     clients = []
 
     def make(retry):
         clients.append(InternalClient(f"http://127.0.0.1:{free_port()}", TOKEN, ClientPolicy(retries=0)))
-        return Pusher(platform_database, clients[-1], retry)
+        return UnitPusher(PushPath(platform_database, clients[-1], retry), RESOURCES)
 
     yield make
     for client in clients:

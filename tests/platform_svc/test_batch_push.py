@@ -13,7 +13,7 @@ from idempotent_pair_client.transport import ClientPolicy
 
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
-from platform_svc.push.pusher import Pusher
+from platform_svc.push.pusher import PushPath, UnitPusher
 from platform_svc.push.schedule import Claim, units
 from shared.client import InternalClient
 from tests.helpers import cluster_body, rule_body
@@ -29,7 +29,7 @@ def proxied_pusher(platform_database, cluster_svc):
     """A reconciler's pusher whose calls go through a fault proxy (which logs them)."""
     with FaultProxy(cluster_svc.url) as proxy:
         client = InternalClient(proxy.url, TOKEN, ClientPolicy(connect_timeout=1, read_timeout=5, retries=1))
-        yield Pusher(platform_database, client), proxy
+        yield UnitPusher(PushPath(platform_database, client), RESOURCES), proxy
         client.close()
 
 

@@ -12,10 +12,9 @@ import sys
 import time
 import uuid
 
-import pytest
 from sqlalchemy import text
 
-from platform_svc.api import admission, auth
+from platform_svc.api import auth
 from tests.helpers import UNREACHED_RATE_LIMIT, ManualClock, authed_client, cluster_body, keys_reread, make_account
 from tooling.testing import StatementCounter, assert_problem
 

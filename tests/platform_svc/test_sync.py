@@ -21,7 +21,7 @@ from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.operations.retry import retry_failed
 from platform_svc.push.breaker import CircuitBreaker
-from platform_svc.push.pusher import Pusher
+from platform_svc.push.pusher import PushPath, UnitPusher
 from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
 from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
 from shared.client import Answer, InternalClient, Outcome
@@ -385,7 +385,7 @@ def refusing_pusher(platform_database):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = InternalClient(f"http://127.0.0.1:{server.server_port}", TOKEN, ClientPolicy(retries=0))
-    yield Pusher(platform_database, client)
+    yield UnitPusher(PushPath(platform_database, client), RESOURCES)
     client.close()
     server.shutdown()
     server.server_close()
@@ -399,7 +399,7 @@ def fail_permanently(platform_database, refusing_pusher, object_id):
 
 def requeue(platform_database, live_pusher):
     """What ``sync-status --retry-failed`` does: re-check against cluster_svc, then put back in line."""
-    return sum(r.requeued for r in retry_failed(platform_database, live_pusher.client, resource=CLUSTER))
+    return sum(r.requeued for r in retry_failed(platform_database, live_pusher.path.client, resource=CLUSTER))
 
 
 def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
