@@ -266,6 +266,20 @@ def test_no_runtime_module_holds_more_than_one_idea_by_its_size():
     assert long == []
 
 
+MAX_CLASS_LINES = 150
+
+
+def test_no_class_of_the_runtime_or_the_client_holds_more_than_one_idea_by_its_size():
+    client = sorted((ROOT / "client" / "idempotent_pair_client").rglob("*.py"))
+    long = [
+        f"{path.relative_to(ROOT)}: {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in [*runtime_files(), *client]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert long == []
+
+
 def test_a_class_name_means_one_thing_within_a_package_and_between_shared_and_a_service():
     """Each service may name its models and views as the other does (they are separate programs);
     within one package, or between shared and a service, a name is one class. Classes nested in

@@ -47,6 +47,11 @@ to the database's timeout (and, where the service waits for its database through
 a failover, that wait); the requests that queue behind that refresh wait no
 longer than it may, and once it has failed they answer 503 at once, until the
 next refresh is due.
+
+Statements run in transactions of their own (BEGIN and COMMIT): an autocommitted connection
+has its isolation level reset as it goes back to the pool, and on a connection a failover has
+just ended that reset fails inside SQLAlchemy's pool, where the error is not the DBAPIError
+the 503 handler knows (a 500 instead of a 503).
 """
 from __future__ import annotations
 
@@ -181,11 +186,6 @@ class Authenticator:
     """Maps an API key to an :class:`Admission` (or None), counting the request against its account
     (``default_limit``: an account's requests per second when it has no limit of its own).
 
-    Statements run in transactions of their own (BEGIN and COMMIT): an autocommitted connection
-    has its isolation level reset as it goes back to the pool, and on a connection a failover has
-    just ended that reset fails inside SQLAlchemy's pool, where the error is not the DBAPIError
-    the 503 handler knows (a 500 instead of a 503).
-
     :raise TooManyRequests: the key is valid, and its account has used its window (raised when
         that window ends).
     """
@@ -196,7 +196,8 @@ class Authenticator:
     ) -> None:
         self.database, self.default_limit, self.clock, self.sleep = database, default_limit, clock, sleep
         self._keys: OrderedDict[str, Key | None] = OrderedDict()  # None: matches nothing (until the next change)
-        self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
+        # (Its clock and sleep read through this object's, which a test may replace.)
+        self.tokens = Tokens(database, clock=lambda: self.clock(), sleep=lambda seconds: self.sleep(seconds))
         self._generation = 0  # of the keys held (0: none read yet)
         self._refreshed = -math.inf  # when the last refresh started, on ``clock``
         self._failed = -math.inf  # when the last refresh waited in vain for a hung database, on ``clock``
@@ -213,8 +214,8 @@ class Authenticator:
             return None
         held = self._keys.get(key_id)
         if held is not None and held.matches(secret):
-            if self._spent(held):
-                self._refuse(self._budgets[held.account_id])  # refused either way: no refresh, no statement
+            if self.tokens.spent(held):
+                self.tokens.refuse(held)  # refused either way: no refresh, no statement
             if self.clock() >= held.touch_due:  # its last use is written by the refresh below
                 held.touch_due = self.clock() + TOUCH_SECONDS
                 self._touch.add(key_id)
@@ -229,7 +230,7 @@ class Authenticator:
             key = self._look_up(key_id)
         if key is None or not key.matches(secret):
             return None
-        return self._spend(key)
+        return self.tokens.spend(key)
 
     # Keys ------------------------------------------------------------------------------
 
@@ -299,7 +300,7 @@ class Authenticator:
                 self._keys[key_id] = None  # revoked or removed: it never matches again
                 continue
             if (row.account_id, row.rate_limit) != (key.account_id, key.rate_limit):
-                self._budgets.pop(key.account_id, None)  # a new limit applies from the next lease
+                self.tokens.forget(key.account_id)  # a new limit applies from the next lease
             key.key_hash, key.account_id, key.rate_limit = row.key_hash, row.account_id, row.rate_limit
         self._generation = rows[0].generation
 
@@ -330,9 +331,17 @@ class Authenticator:
 
         return self.database.through_failover(read)
 
-    # Tokens ----------------------------------------------------------------------------
 
-    def _spend(self, key: Key) -> Admission:
+class Tokens:
+    """Each account's requests per second, counted in memory from tokens leased from its window
+    row (:class:`Budget`: ``limit // 10`` a lease), refused locally once a lease comes back empty."""
+
+    def __init__(self, database: Database, *, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+        self.database, self.clock, self.sleep = database, clock, sleep
+        self._budgets: OrderedDict[uuid.UUID, Budget] = OrderedDict()
+
+    def spend(self, key: Key) -> Admission:
+        """Count one request against the key's account. :raise TooManyRequests: its window is used."""
         budget = self._budgets.get(key.account_id)
         if budget is None or budget.limit != key.rate_limit:
             budget = self._budgets[key.account_id] = Budget(key.rate_limit)
@@ -350,7 +359,15 @@ class Authenticator:
                 return Admission(key.account_id, budget.limit, remaining, budget.ends - now)
         self._refuse(budget)
 
-    def _spent(self, key: Key) -> bool:
+    def refuse(self, key: Key) -> NoReturn:
+        """Refuse a request of the key's account, whose window :meth:`spent` says is used."""
+        self._refuse(self._budgets[key.account_id])
+
+    def forget(self, account_id: uuid.UUID) -> None:
+        """Drop the account's tokens: its next request leases under its limit as it is now."""
+        self._budgets.pop(account_id, None)
+
+    def spent(self, key: Key) -> bool:
         """The key's account has used its window, as far as this worker knows."""
         budget = self._budgets.get(key.account_id)
         return budget is not None and budget.empty and budget.limit == key.rate_limit and self.clock() < budget.ends

@@ -136,11 +136,11 @@ class ReconcilerProcess:
             stop_on_signals(self._stop)
         self.echo("reconciler running; Ctrl-C stops it.")
         reconciler = Reconciler(self.pusher, self.settings, suspect=True)
-        watch = self._start(reconciler.watch.run, self._stop, self.settings.probe_interval, name="recovery")
+        watch = _started(reconciler.watch.run, self._stop, self.settings.probe_interval, name="recovery")
         keeper = periodic = None
         if self.duties:
-            keeper = self._start(self.leadership.keep, self._stop, name="leader-lease")
-            periodic = self._start(run_periodically, self.leadership, self.duties, self._stop, name="periodic")
+            keeper = _started(self.leadership.keep, self._stop, name="leader-lease")
+            periodic = _started(run_periodically, self.leadership, self.duties, self._stop, name="periodic")
         try:
             reconciler.run(self._stop)
         finally:
@@ -151,12 +151,6 @@ class ReconcilerProcess:
                 keeper.join(timeout=PERIODIC_JOIN_SECONDS)
                 self.leadership.release()
             self._stop_metrics()
-
-    @staticmethod
-    def _start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        thread.start()
-        return thread
 
     def stop(self) -> None:
         """Make :meth:`run` return once it has finished what it holds (from any thread)."""
@@ -203,6 +197,12 @@ class ReconcilerProcess:
         collectors = [LeaderCollector(self.leadership), ClockCollector(self.pusher.path.clock, measure=True)]
         self._stop_metrics = serve_process_metrics(port, self.metrics_host, collectors=collectors)
         self.echo(f"reconciler metrics on http://{self.metrics_host}:{port}/metrics")
+
+
+def _started(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def _pushed_line(states: Counter[str]) -> str:
