@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     from platform_svc import console
     from platform_svc.api import admission, auth
     from platform_svc.api.views import blueprint
+    from platform_svc.api.writes import Writes
     from platform_svc.operations.metrics import SyncRowsCollector
     from platform_svc.operations.sightings import Sightings
     from platform_svc.push.breaker import CircuitBreaker
@@ -74,13 +75,11 @@ def create_app(settings: Settings | None = None, *, testing: bool = False) -> Fl
     # One breaker per process: after a few inline pushes cluster_svc could not
     # serve, public writes stop waiting on it (answered pending) until a probe passes.
     breaker = CircuitBreaker(cool_down=settings.breaker_cool_down, probe_timeout=INLINE_POLICY.longest_call() + 1)
-    app.extensions["horizon"] = settings.horizon
-    app.extensions["clock"] = clock
     sightings = Sightings(database, "web")  # what this worker's calls saw of cluster_svc, for the console
-    app.extensions["pusher"] = InlinePusher(PushPath(
+    pusher = InlinePusher(PushPath(
         database, sightings.watching(settings.client(INLINE_POLICY)), horizon=settings.horizon, clock=clock,
     ), breaker)
-    app.extensions["inline_lease"] = settings.inline_lease
+    app.extensions["writes"] = Writes(database, pusher, settings.horizon, clock, settings.inline_lease)
     app.extensions["authenticator"] = authenticator
     app.extensions["refusals"] = refusals
     app.after_request(auth.rate_limit_headers)

@@ -249,6 +249,15 @@ def test_the_role_rules_catch_a_role_importing_one_it_may_not():
     assert "api" not in ROLES["push"] and "console" not in ROLES["reconciler"]
 
 
+def test_a_public_view_parses_and_answers_and_its_write_is_one_step_that_calls_down(graph):
+    """The public routes leave a write's step (commit, push inline, record) to platform_svc.api.writes,
+    which reaches the push path and the rules below it and nothing above it."""
+    assert not {name for name in graph["platform_svc.api.views"] if role_of(name) == "push"}
+    assert "platform_svc.api.writes" in graph["platform_svc.api.views"]
+    assert "platform_svc.api.views" not in graph["platform_svc.api.writes"]
+    assert {"platform_svc.push.inline", "platform_svc.api.services"} <= graph["platform_svc.api.writes"]
+
+
 RUNTIME = ("shared", "cluster_svc", "platform_svc")
 MAX_LINES = 400
 

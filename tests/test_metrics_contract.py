@@ -58,7 +58,7 @@ def served_collectors() -> Iterator[object]:
         for app in (platform, cluster):
             yield from app.extensions["observability"]["collectors"]
     finally:
-        platform.extensions["pusher"].path.client.close()
+        platform.extensions["writes"].pusher.path.client.close()
         for app in (platform, cluster):
             app.extensions["database"].dispose()
     yield LeaderCollector(leadership=None)

@@ -257,6 +257,20 @@ def get_object(
     )
 
 
+def own_parent(
+    *, db_session: Connection, resource: Resource, account_id: uuid.UUID, scope: Mapping[str, Any], horizon: Horizon
+) -> RowMapping:
+    """The parent ``scope`` names, if it is this account's and lies under the ancestors ``scope`` names.
+
+    :raise NotFound: not this account's (or no such parent). :raise Gone: deleted.
+    """
+    parent = resource.parent
+    return get_object(
+        db_session=db_session, resource=parent, account_id=account_id, object_id=scope[parent.id_column],
+        horizon=horizon, **{column: scope[column] for column in parent.scope_columns},
+    )
+
+
 def list_objects(
     *,
     db_session: Connection,

@@ -1,31 +1,24 @@
-"""platform_svc's public routes, built for every registered resource. Views own the transactions: the intent is
-committed in one, then pushed down, and the outcome recorded in another."""
+"""platform_svc's public routes, built for every registered resource. A view parses the request and
+answers; a write's step (validate, commit, push inline, record) is :mod:`platform_svc.api.writes`'s."""
 from __future__ import annotations
 
-import functools
-from datetime import timedelta
 from typing import Any
 
 from flask import Response, current_app, g, request
 from flask.views import MethodView
-from sqlalchemy import Connection
 from sqlalchemy.engine import RowMapping
 
 from platform_svc.api import services, waiting
+from platform_svc.api.writes import Writes, Written
 from platform_svc.models import RESOURCES
 from platform_svc.schemas import IDEMPOTENCY_KEY_PATTERN, ListArgs, route_schemas
 from platform_svc.states import IDEMPOTENCY_STATUS, SyncState
 from shared.api import Blueprint, created_location, documented, no_content, unchanged
-from shared.coalesce import Coalescer
 from shared.db import transaction
-from shared.errors import database_unavailable
 from shared.horizon import Horizon
-from shared.idempotent import CreateResult
 from shared.openapi import IDEMPOTENT_REPLAYED, LOCATION
 from shared.registry import Registry, Resource
 
-INTENTS_PER_FLUSH = 100
-NO_LEASE = timedelta(0)  # while the breaker is open: committed without a lease, the reconciler's at once
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -89,15 +82,19 @@ def idempotency_key() -> str | None:
     return services.check_idempotency_key(request.headers.get("Idempotency-Key"), request.environ)
 
 
-def inline_lease() -> timedelta:
-    """How long a public write's row is leased to its inline push (``INLINE_LEASE_SECONDS``): long
-    enough for the push with its quick retries; if this process dies first, the lease runs out
-    and the reconciler takes over."""
-    return current_app.extensions["inline_lease"]
+def preferred_wait() -> int | None:
+    """The seconds the request's ``Prefer: wait=N`` asks a write to wait for its outcome (capped), if any."""
+    return waiting.preferred_wait(request.headers.getlist("Prefer"))
 
 
-def pusher():
-    return current_app.extensions["pusher"]
+def writes() -> Writes:
+    """This app's write step (:mod:`platform_svc.api.writes`)."""
+    return current_app.extensions["writes"]
+
+
+def horizon() -> Horizon:
+    """The app's UUIDv7 horizon (``ID_HORIZON_SECONDS``)."""
+    return writes().horizon
 
 
 def answered(row: RowMapping) -> RowMapping:
@@ -106,15 +103,9 @@ def answered(row: RowMapping) -> RowMapping:
     return row
 
 
-def written(resource: Resource, row: RowMapping) -> tuple[RowMapping, dict[str, str]]:
-    """What a write answers: ``row``, once it settled when the request asked to wait for it
-    (``Prefer: wait=N``, :mod:`platform_svc.api.waiting`), with the header saying so, and its
-    ``Idempotency-Status`` (:func:`answered`)."""
-    seconds = waiting.preferred_wait(request.headers.getlist("Prefer"))
-    if seconds is None:
-        return answered(row), {}
-    row = waiting.wait_for_outcome(current_app.extensions["database"], resource, row, seconds)
-    return answered(row), waiting.applied(seconds)
+def answer_headers(written: Written) -> dict[str, str]:
+    """The headers a write's answer carries beside its ``Idempotency-Status`` (:func:`answered`)."""
+    return {} if written.waited is None else waiting.applied(written.waited)
 
 
 def add_idempotency_status(response: Response) -> Response:
@@ -122,72 +113,6 @@ def add_idempotency_status(response: Response) -> Response:
     if status is not None:
         response.headers["Idempotency-Status"] = status
     return response
-
-
-def horizon() -> Horizon:
-    """The app's UUIDv7 horizon (``ID_HORIZON_SECONDS``)."""
-    return current_app.extensions["horizon"]
-
-
-def create_and_push(resource: Resource, values: dict[str, Any]) -> tuple[RowMapping, int, dict[str, str]]:
-    """Commit the new row (with its lease), then push it at once; 200 for a key replay.
-
-    While the circuit breaker is open the row is committed without a lease and
-    answered ``pending`` at once: one statement, no call to cluster_svc.
-    """
-    key = idempotency_key()
-    pushing = not pusher().holding_off
-    lease = inline_lease() if pushing else NO_LEASE
-    if key is None:
-        row, created = intents(resource, lease).submit(values).unwrap()
-    else:
-        with transaction() as db_session:
-            row, created = services.create_object(
-                db_session=db_session, resource=resource, values=values, idempotency_key=key, lease=lease,
-                horizon=horizon(), clock=current_app.extensions["clock"],
-            )
-    if not created:  # counted like any request: it costs the server a read
-        row, preference = written(resource, row)
-        return row, 200, {
-            "Location": created_location(row["id"]), "Idempotent-Replayed": "true", **preference,
-        }
-    if pushing and row["sync_state"] != SyncState.FAILED:  # failed at once: under a parent that failed for good
-        row = pusher().push_now(resource, row)  # never raises: the intent is committed
-    row, preference = written(resource, row)
-    return row, 201, {"Location": created_location(row["id"]), **preference}
-
-
-def intents(resource: Resource, lease: timedelta) -> Coalescer[dict[str, Any], CreateResult]:
-    """This app's public creates of ``resource`` without an Idempotency-Key in flight in this
-    worker, with this lease: each flush records them with one INSERT and one commit
-    (:mod:`shared.coalesce`). A database that cannot serve it fails the flush's
-    requests (503: nothing was committed); any other failure of a shared flush
-    sends its items again one by one."""
-    coalescers = current_app.extensions.setdefault("intents", {})
-    if (resource.key, lease) not in coalescers:
-        coalescers[resource.key, lease] = Coalescer(
-            functools.partial(_record_intents, current_app.extensions["database"], resource, lease),
-            max_items=INTENTS_PER_FLUSH,
-            alone_on=lambda error: not database_unavailable(error),
-        )
-    return coalescers[resource.key, lease]
-
-
-def _record_intents(database, resource: Resource, lease: timedelta, items: list[dict[str, Any]]) -> list[CreateResult]:
-    with database.begin() as db_session:
-        return services.create_objects(
-            db_session=db_session, resource=resource, items=items, lease=lease, horizon=horizon(),
-            clock=current_app.extensions["clock"],
-        )
-
-
-def claim_for_push(resource: Resource, row: RowMapping, db_session: Connection) -> RowMapping | None:
-    """Within the caller's transaction: take the lease if free (else the reconciler pushes)."""
-    return services.claim(db_session=db_session, resource=resource, object_id=row["id"], lease=inline_lease())
-
-
-def push_if_claimed(resource: Resource, row: RowMapping, claimed: RowMapping | None) -> RowMapping:
-    return pusher().push_now(resource, claimed) if claimed is not None else row
 
 
 def deleted_answer(row: RowMapping, schema, headers: dict[str, str]) -> Response | tuple[Any, int, dict[str, str]]:
@@ -230,7 +155,9 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
             scope = resource.scope_from_path(path_ids)
             with transaction() as db_session:
                 if parent is not None:
-                    own_parent(db_session, resource, scope)
+                    services.own_parent(
+                        db_session=db_session, resource=resource, account_id=g.principal, scope=scope, horizon=horizon()
+                    )
                 items, next_after = services.list_objects(
                     db_session=db_session, resource=resource, filters={**scope, "account_id": g.principal}, **args
                 )
@@ -260,13 +187,14 @@ def _collection_routes(blp: Blueprint, resource: Resource) -> None:
         @documented(f"Create a {words}; it gets a UUIDv7 and is pushed down to cluster_svc." if parent is None
                     else f"Add a {words}; pushed down once its {parent.words} is.")
         def post(self, body, **path_ids):
-            scope = resource.scope_from_path(path_ids)
-            if parent is not None:
-                # The parent must be this account's (an account never changes, so this
-                # may be checked apart); that it is alive is checked by the insert itself.
-                with transaction() as db_session:
-                    own_parent(db_session, resource, scope)
-            return create_and_push(resource, {**body, **scope, "account_id": g.principal})
+            written = writes().create(
+                resource, body, account_id=g.principal, scope=resource.scope_from_path(path_ids),
+                idempotency_key=idempotency_key(), wait=preferred_wait(),
+            )
+            headers = {"Location": created_location(written.row["id"]), **answer_headers(written)}
+            if not written.created:
+                headers["Idempotent-Replayed"] = "true"
+            return answered(written.row), 201 if written.created else 200, headers
 
     blp.route(resource.collection_path(), endpoint=f"{resource.key}_collection")(Collection)
 
@@ -299,15 +227,11 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.problem(410, EXPIRED_OR_GONE)
         @documented(f"Change a {words}'s {mutable}; bumps the generation and pushes it down.")
         def patch(self, changes, **path_ids):
-            object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
-            with transaction() as db_session:
-                row = services.update_object(
-                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
-                    changes=changes, horizon=horizon(), **scope,
-                )
-                claimed = claim_for_push(resource, row, db_session)
-            row, preference = written(resource, push_if_claimed(resource, row, claimed))
-            return row, 200, preference
+            written = writes().update(
+                resource, changes, account_id=g.principal, object_id=path_ids[resource.path_variable],
+                scope=resource.scope_from_path(path_ids), wait=preferred_wait(),
+            )
+            return answered(written.row), 200, answer_headers(written)
 
         @blp.doc(parameters=[PREFER])
         @blp.response(204, description="Deleted, and cluster_svc confirmed it", headers=WRITE_HEADERS)
@@ -317,30 +241,10 @@ def _item_routes(blp: Blueprint, resource: Resource) -> None:
         @blp.problem(410, "Already deleted (gone), or no such object and an ID older than the horizon (id_expired)")
         @documented(f"Delete a {words}" + (f" and its {' and '.join(under)}." if under else "."))
         def delete(self, **path_ids):
-            object_id, scope = path_ids[resource.path_variable], resource.scope_from_path(path_ids)
-            with transaction() as db_session:
-                row = services.delete_object(
-                    db_session=db_session, resource=resource, account_id=g.principal, object_id=object_id,
-                    horizon=horizon(), **scope
-                )
-                claimed = claim_for_push(resource, row, db_session)
-            row, preference = written(resource, push_if_claimed(resource, row, claimed))
-            return deleted_answer(row, out, preference)
+            written = writes().delete(
+                resource, account_id=g.principal, object_id=path_ids[resource.path_variable],
+                scope=resource.scope_from_path(path_ids), wait=preferred_wait(),
+            )
+            return deleted_answer(answered(written.row), out, answer_headers(written))
 
     blp.route(resource.item_path(), endpoint=resource.key)(Item)
-
-
-def own_parent(db_session: Connection, resource: Resource, scope: dict[str, Any]) -> RowMapping:
-    """The parent ``scope`` names, if it is this account's and lies under the ancestors ``scope`` names.
-
-    :raise NotFound: not this account's (or no such parent). :raise Gone: deleted.
-    """
-    parent = resource.parent
-    return services.get_object(
-        db_session=db_session,
-        resource=parent,
-        account_id=g.principal,
-        object_id=scope[parent.id_column],
-        horizon=horizon(),
-        **{column: scope[column] for column in parent.scope_columns},
-    )

@@ -41,7 +41,7 @@ def test_public_creates_in_flight_share_one_intent_flush_and_each_answers_its_ow
             time.sleep(0.002)
 
     assert create(cluster_body(name="warm-up")).status_code == 201  # the coalescers exist
-    [intents] = [c for (key, _), c in app.extensions["intents"].items() if key == "cluster"]
+    [intents] = [c for (key, _), c in app.extensions["writes"].creates_in_flight.items() if key == "cluster"]
     flushes, items = intents.flushes, intents.items
     with platform_engine.connect() as blocker, ThreadPoolExecutor(CREATES + 1) as pool:
         transaction = blocker.begin()

@@ -28,7 +28,7 @@ def silent_app(platform_db_url):
     """platform_svc whose cluster_svc accepts connections and never answers (a SIGSTOPped one)."""
     listener = socket.create_server(("127.0.0.1", 0), backlog=64)
     app = _app(platform_db_url, f"http://127.0.0.1:{listener.getsockname()[1]}")
-    app.extensions["pusher"].breaker = None
+    app.extensions["writes"].pusher.breaker = None
     yield app
     _dispose(app)
     listener.close()

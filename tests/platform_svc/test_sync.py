@@ -86,7 +86,7 @@ def test_a_create_cluster_svc_cannot_take_answers_quickly_pending_and_due_now(
 def test_a_create_the_open_breaker_kept_from_cluster_svc_is_due_now_and_counts_no_attempt(
     unreachable_app, offline_client, platform_engine
 ):
-    pusher = unreachable_app.extensions["pusher"]
+    pusher = unreachable_app.extensions["writes"].pusher
     pusher.breaker = CircuitBreaker(failures_to_open=1, cool_down=60)
     pusher.breaker.record(failed=True)  # open: the next inline push is not even sent
     try:

@@ -39,7 +39,7 @@ def platform_app():
     )
     app = platform_svc.create_app(settings, testing=True)
     yield app
-    app.extensions["pusher"].path.client.close()
+    app.extensions["writes"].pusher.path.client.close()
     app.extensions["database"].dispose()
 
 
