@@ -12,7 +12,8 @@ from tests.helpers import cluster_body
 
 CALLERS, WAIT = 40, 5
 
-HELD = text("""SELECT count(*) FROM pg_stat_activity
+HELD = text("""SELECT coalesce(array_agg(application_name || ' ' || state || ': ' || left(query, 80)), '{}')
+               FROM pg_stat_activity
                WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'""")
 
 
@@ -46,4 +47,5 @@ def test_forty_callers_waiting_through_an_outage_hold_a_handful_of_sessions_and_
     assert {a.headers["Idempotency-Status"] for a in answers} == {"processing"}  # waited the whole N, still pending
     assert {a.headers["Preference-Applied"] for a in answers} == {f"wait={WAIT}"}
     assert answered_while_waiting == [(200, 0)] * 10  # every read answered before any waiting caller was
-    assert len(held) > 20 and max(held) <= 5, held  # sessions in use while 40 callers wait: a handful at most
+    most = max(held, key=len)
+    assert len(held) > 20 and len(most) <= 5, most  # sessions in use while 40 callers wait: a handful at most

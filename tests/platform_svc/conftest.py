@@ -1,21 +1,24 @@
 """platform_svc through Flask's test client, pushing down to a real cluster_svc.
 
-cluster_svc runs as a gunicorn process (its console script) on its own fresh
-database; platform_svc runs in-process on another fresh database, so a test
-can read both sides with SQL.
+cluster_svc's real app is served over loopback HTTP from a thread of the test's
+process, on its own fresh database; platform_svc runs in-process on another
+fresh database, so a test can read both sides with SQL. The services as
+processes (gunicorn, signals, the edge) are the e2e tests'.
 """
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import create_engine
 
+from cluster_svc import Settings as ClusterSettings
+from cluster_svc import create_app as create_cluster_app
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc import Settings, create_app
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
 from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, authed_client, cluster_body, make_account, rule_body
 from tooling.pair import TOKEN
-from tooling.testing import LiveServer, console_script, free_port, fresh_database
+from tooling.testing import InProcessServer, free_port, fresh_database
 
 # The tests' accounts send requests back to back, faster than the default limit
 # (100 a second) allows: they get a limit no test reaches, and the tests of the
@@ -34,13 +37,12 @@ def platform_db_url(pg_server_url):
 
 @pytest.fixture(scope="session")
 def cluster_svc(downstream_db_url):
-    """cluster_svc as a real gunicorn process for the whole session."""
-    server = LiveServer(
-        [console_script("cluster-svc"), "serve", "--workers", "1", "--threads", "8"],
-        env={"CLUSTER_DATABASE_URL": downstream_db_url, "INTERNAL_TOKEN": TOKEN},
-    )
-    with server:
+    """cluster_svc's real app for the whole session, served over loopback HTTP from a thread of
+    this process (its process, its signals and its edge are the e2e tests')."""
+    app = create_cluster_app(ClusterSettings(database_url=downstream_db_url, internal_token=TOKEN), testing=True)
+    with InProcessServer(app) as server:
         yield server
+    app.extensions["database"].dispose()
 
 
 def _app(platform_db_url, cluster_svc_url):
@@ -56,7 +58,7 @@ def _app(platform_db_url, cluster_svc_url):
 
 
 def _dispose(app):
-    app.extensions["pusher"].path.client.close()
+    app.extensions["writes"].pusher.path.client.close()
     app.extensions["console"].client.close()
     app.extensions["database"].dispose()
 
@@ -75,7 +77,7 @@ def unreachable_app(platform_db_url):
     breaker is taken out so that every inline push is really tried (the
     breaker has tests of its own)."""
     app = _app(platform_db_url, f"http://127.0.0.1:{free_port()}")
-    app.extensions["pusher"].breaker = None
+    app.extensions["writes"].pusher.breaker = None
     yield app
     _dispose(app)
 
