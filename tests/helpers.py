@@ -149,3 +149,12 @@ class Synced:
 
 async def _collect(items) -> list:
     return [item async for item in items]
+
+
+def drained(pusher):
+    """What a reconciler does once with what is due now (``reconcile --once``): the sync states the
+    rows it pushed reached."""
+    from platform_svc.reconciler.controller import Reconciler
+    from platform_svc.reconciler.settings import ReconcilerSettings
+
+    return Reconciler(pusher, ReconcilerSettings(), suspect=False).drain()

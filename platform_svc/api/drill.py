@@ -63,9 +63,9 @@ def id_conflict(database: Database, client: InternalClient, horizon: Horizon) ->
     with database.begin() as db_session:
         account_id = db_session.execute(select(Account.id).where(Account.name == ACCOUNT)).scalar() or \
             services.create_account(db_session=db_session, name=ACCOUNT)[0]
-        row, _ = services.create_object(db_session=db_session, resource=root,
-                                        values={**values, "account_id": account_id}, idempotency_key=None,
-                                        lease=LEASE, horizon=horizon)
+        [created] = services.create_objects(db_session=db_session, resource=root,
+                                            items=[{**values, "account_id": account_id}], lease=LEASE, horizon=horizon)
+        row, _ = created.unwrap()
     theirs = client.create(f"/v1{root.collection_path()}",
                            {**values, "id": str(row["id"]), root.declaration.owner: str(uuid.uuid4())})
     if theirs.status != 201:

@@ -126,14 +126,15 @@ def create_object(
     db_session: Connection,
     resource: Resource,
     values: Mapping[str, Any],
-    idempotency_key: str | None,
+    idempotency_key: str,
     lease: timedelta,
     horizon: Horizon = Horizon(),
     clock: ClockWatch | None = None,
 ) -> tuple[RowMapping, bool]:
-    """Record a new object (a fresh UUIDv7) with a lease for the inline push (none when ``lease`` is 0).
+    """Record a new object (a fresh UUIDv7) created with an Idempotency-Key, with a lease for the
+    inline push (none when ``lease`` is 0); without a key, :func:`create_objects`.
 
-    With an Idempotency-Key, the key is unique per account on the object's own
+    The key is unique per account on the object's own
     row: the same key and body return the first object as it is now (also
     while the first request is still pushing it: the draft's optional 409 for
     a request in flight is not needed, since the row is committed before the
@@ -148,11 +149,6 @@ def create_object(
     :raise ClockSkew: ``clock`` given, and the new ID's time is too far from the database's (see
         :func:`create_objects`).
     """
-    if idempotency_key is None:
-        [alone] = create_objects(
-            db_session=db_session, resource=resource, items=[values], lease=lease, horizon=horizon, clock=clock
-        )
-        return alone.unwrap()
     row_values = {
         **_row_values(values, lease),
         "idempotency_key": idempotency_key,
@@ -187,7 +183,7 @@ def create_objects(
     """Record new objects without an Idempotency-Key, each with a fresh UUIDv7 and the
     same lease, with one INSERT (:func:`create_or_return_many`); one result per item.
 
-    Each item is what :func:`create_object` makes of it alone (a child under
+    Each item is what a create with a key makes of it alone (a child under
     a missing or deleted parent is refused, under a failed one it fails at once).
 
     With ``clock``, each new ID (minted on this host's clock) is checked against

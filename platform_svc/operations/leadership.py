@@ -98,11 +98,11 @@ class Leadership:
                     ).scalar()
         except DBAPIError as exc:
             log.warning("periodic passes: the lease could not be renewed (%s)", describe_database_error(exc))
-            self.tell()
+            self.leads_now()
             return min(self.ttl / 3, 1.0)
         with self._lock:
             self._renewed = sent if taken else None
-        self.tell()
+        self.leads_now()
         if taken or left is None:
             return self.ttl / 3
         return max(0.05, min(self.ttl / 3, float(left) + 0.05))
@@ -152,7 +152,7 @@ class Leadership:
             keeper.join(timeout=30)
             self.release()
 
-    def tell(self) -> bool:
+    def leads_now(self) -> bool:
         """Log when this process starts or stops leading; return whether it leads."""
         leading = self.holding()
         with self._lock:

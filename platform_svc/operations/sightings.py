@@ -6,9 +6,7 @@ the console's reads) tells :meth:`Sightings.saw` whether cluster_svc served it. 
 when what the process sees changes (answers / does not answer), and otherwise at most every
 :data:`REFRESH_SECONDS`: at most one small write a second per process while it calls. "When" must
 stay that fresh: the overview takes the most recent row as cluster_svc's state, and a process that
-saw it fail a moment ago must not lose to another that saw it answer before that (with a 30 s
-refresh, a worker still seeing the outage it first saw 19 s earlier lost to a reconciler's success
-of 18 s ago, and the overview said "Answering" through a freeze). The write happens in a thread
+saw it fail a moment ago must not lose to another that saw it answer before that. The write happens in a thread
 of its own, never on the caller's path: a database that is away (or frozen) costs a request
 nothing here, and the sighting is written once it is back.
 

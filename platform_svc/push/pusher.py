@@ -89,8 +89,8 @@ def _record_all(
 ) -> list[RowMapping]:
     """Record each row's change with one statement: a lone row (a create pushed inline with no
     company, a unit of one) by its change's prebuilt one-row UPDATE, the same values as the
-    batch's ``UPDATE ... FROM unnest(...)``, whose seven array parameters cost a lone push
-    about 140 µs of CPU more (docs/performance.md)."""
+    batch's ``UPDATE ... FROM unnest(...)``, whose array parameters cost a lone push more than
+    its one row (docs/performance.md)."""
     if len(rows) == 1:
         return [record(db_session=db_session, resource=resource, row=rows[0], change=changes[0])]
     return record_many(db_session=db_session, resource=resource, rows=rows, changes=changes)

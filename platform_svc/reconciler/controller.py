@@ -313,11 +313,6 @@ class Reconciler:
             return db_session.execute(select(func.now())).scalar_one()
 
 
-def reconcile_once(pusher: UnitPusher, settings: ReconcilerSettings = ReconcilerSettings()) -> Counter[str]:
-    """Drain what is due now; return the sync states the pushed rows reached."""
-    return Reconciler(pusher, settings, suspect=False).drain()
-
-
 def count_failed(pusher: UnitPusher) -> int:
     with pusher.path.database.engine.connect() as db_session:
         return sum(

@@ -46,7 +46,7 @@ def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: t
             if due[duty.name] > time.monotonic():
                 continue
             due[duty.name] = time.monotonic() + duty.interval
-            if not leadership.tell():
+            if not leadership.leads_now():
                 continue
             until = WhileLeading(stop, leadership)
             try:
@@ -59,7 +59,7 @@ def run_periodically(leadership: Leadership, duties: Sequence[Periodic], stop: t
                 continue
             if not stop.is_set() and not leadership.holding():
                 log.warning("%s pass stopped: the lease could not be renewed in time", duty.name)
-                leadership.tell()
+                leadership.leads_now()
                 continue
             if summary is None:
                 continue

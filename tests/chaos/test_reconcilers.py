@@ -11,7 +11,6 @@ end synced.
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections import defaultdict
 from datetime import timedelta
@@ -27,6 +26,7 @@ from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, seed_for
 from tooling.faultproxy import Fault, Plan
 from tooling.pair import TOKEN
+from tooling.testing import wait_for
 
 CLUSTERS, FIREWALL_RULES = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 
@@ -64,11 +64,11 @@ def start_together(pair, processes: int, **options):
     with pair.platform_engine.begin() as conn:
         conn.execute(text("LOCK TABLE clusters, firewall_rules IN EXCLUSIVE MODE"))
         started = pair.start_reconcilers(processes, **options)
-        deadline = time.monotonic() + 120
-        while waiting_for_the_lock(pair) < processes:
+        def all_waiting() -> bool:
             assert all(process.poll() is None for process, _ in started), "a reconciler exited before claiming"
-            assert time.monotonic() < deadline, "the reconcilers did not all start within 120 s"
-            time.sleep(0.05)
+            return waiting_for_the_lock(pair) >= processes
+
+        wait_for(all_waiting, timeout=120, what="every reconciler waiting to claim its first rows")
     return started
 
 
@@ -83,9 +83,8 @@ def waiting_for_the_lock(pair) -> int:
 
 
 def record(db_session, resource, values):
-    row, created = services.create_object(
-        db_session=db_session, resource=resource, values=values, idempotency_key=None, lease=timedelta(0)
-    )
+    [result] = services.create_objects(db_session=db_session, resource=resource, items=[values], lease=timedelta(0))
+    row, created = result.unwrap()
     assert created
     return row
 

@@ -37,13 +37,11 @@ def record_pending(database, account, kind, count, **values):
     """``count`` objects recorded as the platform records intent, never pushed (pending, no lease): their IDs."""
     body = cluster_body() if kind is CLUSTER else rule_body()
     with database.begin() as db_session:
-        return [
-            str(services.create_object(
-                db_session=db_session, resource=kind, values={**body, "account_id": account[0], **values},
-                idempotency_key=None, lease=timedelta(0),
-            )[0]["id"])
-            for _ in range(count)
-        ]
+        results = services.create_objects(
+            db_session=db_session, resource=kind, items=[{**body, "account_id": account[0], **values}] * count,
+            lease=timedelta(0),
+        )
+        return [str(result.unwrap()[0]["id"]) for result in results]
 
 
 def claim(database, kind, object_id):

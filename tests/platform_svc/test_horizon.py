@@ -17,9 +17,8 @@ from sqlalchemy import text
 
 from platform_svc.operations.purge import purger
 from platform_svc.operations.repair import judge
-from platform_svc.reconciler.controller import reconcile_once
 from shared.horizon import Horizon
-from tests.helpers import cluster_body, rule_body
+from tests.helpers import cluster_body, drained, rule_body
 from tooling.testing import console_script, uuid7_ago
 
 DAY = 86400
@@ -94,7 +93,7 @@ def test_a_pending_create_whose_id_expired_fails_for_good_with_reason_id_expired
     assert pending["sync_state"] == "pending"
     old = make_old(platform_engine, "clusters", pending["id"])  # cluster_svc stayed away past the horizon
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     stored = row(platform_engine, "clusters", old)
     assert stored["sync_state"] == "failed" and "410 id_expired" in stored["sync_error"]

@@ -4,8 +4,7 @@ how far the caller's call got, read off the row's sync state, never a vocabulary
 (completed), a platform that cannot reach it (processing) and an id_conflict (failed)."""
 from __future__ import annotations
 
-from platform_svc.reconciler.controller import reconcile_once
-from tests.helpers import cluster_body, rule_body, squat_downstream
+from tests.helpers import cluster_body, drained, rule_body, squat_downstream
 from tooling.pair import TOKEN
 
 
@@ -54,7 +53,7 @@ def test_while_cluster_svc_has_not_confirmed_it_every_answer_says_processing(off
 def test_a_row_that_failed_for_good_says_failed_with_its_reason_in_the_body(offline_client, cluster_svc, live_pusher):
     created = offline_client.post("/v1/clusters", json=cluster_body(region="eu-west-1")).get_json()
     squat_downstream(cluster_svc.url, TOKEN, created)
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     answer = offline_client.get(f"/v1/clusters/{created['id']}")
     assert status_of(answer) == "failed"

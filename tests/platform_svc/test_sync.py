@@ -1,7 +1,7 @@
 """Pushing rows down: inline after a public write, and by the reconciler after it.
 
 A platform whose cluster_svc cannot be reached (``offline_client``) records
-every write as pending; ``reconcile_once`` with a pusher that reaches cluster_svc
+every write as pending; ``drained`` with a pusher that reaches cluster_svc
 finishes the work.
 """
 from __future__ import annotations
@@ -23,10 +23,10 @@ from platform_svc.operations.retry import retry_failed
 from platform_svc.push.breaker import CircuitBreaker
 from platform_svc.push.pusher import PushPath, UnitPusher
 from platform_svc.push.schedule import Claim, RetryPolicy, claim_due
-from platform_svc.reconciler.controller import RecoveryWatch, count_failed, reconcile_once
+from platform_svc.reconciler.controller import RecoveryWatch, count_failed
 from shared.client import Answer, InternalClient, Outcome
 from shared.declaration import HIGHEST_GENERATION
-from tests.helpers import cluster_body, rule_body, squat_downstream
+from tests.helpers import cluster_body, drained, rule_body, squat_downstream
 from tooling.pair import TOKEN
 from tooling.testing import assert_problem, db_row
 
@@ -114,7 +114,7 @@ def test_a_delete_cluster_svc_cannot_take_answers_202_with_the_object(
     assert_problem(client.get(url), 410, "gone")
     assert db_row(downstream_engine, "clusters", cluster["id"])["deleted_at"] is None
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     assert db_row(downstream_engine, "clusters", cluster["id"])["deleted_at"] is not None
     assert db_row(platform_engine, "clusters", cluster["id"])["sync_state"] == "synced"
@@ -134,7 +134,7 @@ def test_a_rule_on_an_unconfirmed_cluster_waits_for_it(
     assert rule["id"] not in claimed_ids(platform_database, FIREWALL_RULE)  # not before its cluster
     assert db_row(platform_engine, "firewall_rules", rule["id"])["attempts"] == 0
 
-    reconcile_once(live_pusher)  # one pass: the cluster, then its rule
+    drained(live_pusher)  # one pass: the cluster, then its rule
 
     assert client.get(f"/v1/clusters/{pending['id']}").get_json()["sync_state"] == "synced"
     rule_now = client.get(f"/v1/clusters/{pending['id']}/firewall-rules/{rule['id']}").get_json()
@@ -150,7 +150,7 @@ def test_a_row_another_pusher_holds_is_left_to_it_until_its_lease_runs_out(
     assert claim_one(platform_database, CLUSTER, pending["id"]) is not None  # a pusher that then died
 
     patched = client.patch(f"/v1/clusters/{pending['id']}", json={"plan": "memory-8"})
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     assert (patched.status_code, patched.get_json()["sync_state"]) == (200, "pending")  # not pushed inline
     assert db_row(downstream_engine, "clusters", pending["id"]) is None
@@ -160,7 +160,7 @@ def test_a_row_another_pusher_holds_is_left_to_it_until_its_lease_runs_out(
         conn.execute(
             text("UPDATE clusters SET lease_until = now() - interval '1 second' WHERE id = :id"), {"id": pending["id"]}
         )
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     assert client.get(f"/v1/clusters/{pending['id']}").get_json()["sync_state"] == "synced"
     downstream = db_row(downstream_engine, "clusters", pending["id"])
@@ -173,7 +173,7 @@ def test_a_row_another_pusher_holds_is_left_to_it_until_its_lease_runs_out(
 def test_the_reconciler_creates_what_the_inline_push_could_not(offline_client, live_pusher, downstream_engine, account):
     created = [offline_client.post("/v1/clusters", json=cluster_body(name=f"late-{n}")).get_json() for n in range(3)]
 
-    states = reconcile_once(live_pusher)
+    states = drained(live_pusher)
 
     assert states["synced"] >= 3
     for cluster in created:
@@ -209,7 +209,7 @@ def test_updates_made_while_unreachable_reach_cluster_svc_at_the_newest_generati
     assert (last.status_code, last.get_json()["generation"], last.get_json()["sync_state"]) == (200, 3, "pending")
     assert db_row(downstream_engine, "clusters", cluster["id"])["generation"] == 1
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     downstream = db_row(downstream_engine, "clusters", cluster["id"])
     assert (downstream["generation"], downstream["plan"], downstream["storage_gb"]) == (3, "memory-8", 800)
@@ -222,7 +222,7 @@ def test_a_cluster_changed_before_it_was_ever_pushed_is_created_at_its_newest_ge
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
     offline_client.patch(f"/v1/clusters/{created['id']}", json={"name": "renamed"})
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     downstream = db_row(downstream_engine, "clusters", created["id"])
     assert (downstream["generation"], downstream["name"]) == (2, "renamed")
@@ -234,7 +234,7 @@ def test_a_rule_deleted_while_unreachable_is_deleted_by_the_reconciler(
     url = f"/v1/clusters/{cluster['id']}/firewall-rules/{rule['id']}"
 
     assert offline_client.delete(url).status_code == 202
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     assert db_row(downstream_engine, "firewall_rules", rule["id"])["deleted_at"] is not None
     assert_problem(offline_client.delete(url), 410, "gone")
@@ -253,7 +253,7 @@ def test_a_create_whose_answer_was_lost_converges_to_the_newest_generation(
     ).status_code == 201
     offline_client.patch(f"/v1/clusters/{created['id']}", json={"storage_gb": 250})
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     downstream = db_row(downstream_engine, "clusters", created["id"])
     assert (downstream["generation"], downstream["storage_gb"]) == (2, 250)
@@ -268,7 +268,7 @@ def test_a_cluster_deleted_before_it_ever_reached_cluster_svc_is_tombstoned_ther
     rule = offline_client.post(f"/v1/clusters/{created['id']}/firewall-rules", json=rule_body()).get_json()
     assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     assert db_row(platform_engine, "clusters", created["id"])["sync_state"] == "synced"
     assert db_row(platform_engine, "firewall_rules", rule["id"])["sync_state"] == "synced"
@@ -292,7 +292,7 @@ def test_an_id_conflict_downstream_marks_the_row_failed_and_is_not_retried(
     created = offline_client.post("/v1/clusters", json=cluster_body(region="eu-west-1")).get_json()
     squat_downstream(cluster_svc.url, TOKEN, created)
 
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     now = offline_client.get(f"/v1/clusters/{created['id']}").get_json()
     assert now["sync_state"] == "failed"
@@ -307,7 +307,7 @@ def test_a_delete_refused_for_good_is_failed_not_retried_in_a_loop(
 ):
     created = offline_client.post("/v1/clusters", json=cluster_body()).get_json()
     assert offline_client.delete(f"/v1/clusters/{created['id']}").status_code == 202
-    reconcile_once(refusing_pusher)
+    drained(refusing_pusher)
 
     stored = db_row(platform_engine, "clusters", created["id"])
     assert stored["sync_state"] == "failed"
@@ -331,12 +331,12 @@ def test_a_transient_failure_backs_off_then_the_reconciler_finishes(
                 text("UPDATE clusters SET next_attempt_at = now() + interval '60 seconds' WHERE id = :id"),
                 {"id": created["id"]},
             )
-    reconcile_once(live_pusher)
+    drained(live_pusher)
     assert db_row(downstream_engine, "clusters", created["id"]) is None  # waits out its backoff
 
     with platform_engine.begin() as conn:
         conn.execute(text("UPDATE clusters SET next_attempt_at = now() WHERE id = :id"), {"id": created["id"]})
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     stored = db_row(platform_engine, "clusters", created["id"])
     assert (stored["sync_state"], stored["attempts"], stored["sync_error"]) == ("synced", 0, None)
@@ -418,7 +418,7 @@ def test_a_patch_of_a_failed_cluster_waits_for_the_operator_then_converges(
     assert db_row(downstream_engine, "clusters", created["id"]) is None  # not pushed
 
     assert requeue(platform_database, live_pusher) >= 1
-    reconcile_once(live_pusher)
+    drained(live_pusher)
 
     downstream = db_row(downstream_engine, "clusters", created["id"])
     assert (downstream["generation"], downstream["plan"]) == (2, "memory-8")
@@ -437,7 +437,7 @@ def test_a_delete_of_a_failed_cluster_answers_202_then_converges_once_requeued(
     assert response.status_code == 202
     assert response.get_json()["sync_state"] == "failed"
     requeue(platform_database, live_pusher)
-    reconcile_once(live_pusher)
+    drained(live_pusher)
     assert db_row(downstream_engine, "clusters", created["id"])["deleted_at"] is not None  # a tombstone there
     assert db_row(platform_database.engine, "clusters", created["id"])["sync_state"] == "synced"
 
@@ -459,7 +459,7 @@ def test_a_transient_inline_failure_leaves_the_row_due_at_once_even_after_a_back
 
     assert (response.status_code, response.get_json()["sync_state"]) == (200, "pending")
     assert due_now(platform_engine, "clusters", cluster["id"])
-    reconcile_once(live_pusher)
+    drained(live_pusher)
     assert offline_client.get(f"/v1/clusters/{cluster['id']}").get_json()["sync_state"] == "synced"
 
 
@@ -492,7 +492,7 @@ def test_a_probe_that_cluster_svc_serves_makes_rows_in_backoff_due_at_once(
 
     assert due_now(platform_engine, "clusters", object_id)
     assert db_row(platform_engine, "clusters", object_id)["attempts"] == 12  # kept until it is confirmed
-    reconcile_once(live_pusher)
+    drained(live_pusher)
     assert db_row(platform_engine, "clusters", object_id)["sync_state"] == "synced"
 
 

@@ -9,8 +9,7 @@ import pytest
 
 from platform_svc.api import services, waiting
 from platform_svc.models import RESOURCES
-from platform_svc.reconciler.controller import reconcile_once
-from tests.helpers import ManualClock, cluster_body
+from tests.helpers import ManualClock, cluster_body, drained
 from tooling.testing import db_row, wait_for
 
 CLUSTER = RESOURCES["cluster"]
@@ -62,7 +61,7 @@ def test_a_write_waiting_answers_as_soon_as_the_reconciler_confirms_it(offline_c
         return row["name"] == "renamed" and row["lease_until"] is None
 
     wait_for(left_to_the_reconciler, what="the PATCH committed and its inline push over")
-    reconcile_once(live_pusher)  # the reconciler pushes it (the offline app's inline push could not)
+    drained(live_pusher)  # the reconciler pushes it (the offline app's inline push could not)
     patching.join(30)
 
     [answer] = answers
