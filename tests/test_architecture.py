@@ -356,3 +356,23 @@ def test_every_dotted_name_a_comment_or_docstring_of_the_runtime_writes_exists()
 def test_the_name_checker_finds_a_name_that_is_gone():
     assert resolves("platform_svc.push.pusher.UnitPusher") and resolves("shared.errors")
     assert not resolves("platform_svc.sync") and not resolves("cluster_svc.resources")
+
+
+MAX_REAL_SLEEPS = 10
+
+
+def test_tests_wait_for_conditions_and_sleep_only_where_real_time_is_the_point():
+    """A test waits for what it expects (tooling.testing.wait_for, an event, a controllable clock),
+    never for a time it hopes is long enough; the few that must let real time pass (a fault's
+    length, the bound a process of its own keeps on its own clock) say so beside the call."""
+    sleeps = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__):  # it names the call it looks for
+            continue
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if "time.sleep(" in line and not line.lstrip().startswith("#"):
+                said = " ".join(lines[max(0, number - 3):number + 1]).lower()
+                sleeps.append((f"{path.relative_to(ROOT)}:{number + 1}", "real time" in said))
+    assert [where for where, why in sleeps if not why] == []
+    assert len(sleeps) <= MAX_REAL_SLEEPS, sleeps

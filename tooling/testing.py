@@ -437,13 +437,14 @@ def uuid7_ago(seconds: float) -> uuid.UUID:
 
 
 def wait_for(
-    condition: Callable[[], Any], *, timeout: float = 20.0, what: str = "condition", poll: float = 0.05,
-    ignoring: tuple[type[Exception], ...] = (),
+    condition: Callable[[], Any], *, timeout: float = 20.0, what: str | Callable[[], str] = "condition",
+    poll: float = 0.05, ignoring: tuple[type[Exception], ...] = (),
 ) -> Any:
     """Poll ``condition`` until it returns something truthy, and return that; an exception of
     ``ignoring`` counts as a falsy answer.
 
-    :raise TimeoutError: not within ``timeout`` seconds (naming ``what``).
+    :raise TimeoutError: not within ``timeout`` seconds (naming ``what``; a callable is asked then,
+        to say how far it got).
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -454,5 +455,33 @@ def wait_for(
         if result:
             return result
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
+            raise TimeoutError(f"{what() if callable(what) else what}: not within {timeout} s")
         time.sleep(poll)
+
+
+def database_second(engine: Engine) -> tuple[int, float]:
+    """The database's current second (its clock, which the rate limit's windows count in), and how
+    far into it."""
+    with engine.connect() as conn:
+        now = float(conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar())
+    return int(now), now % 1
+
+
+def in_one_database_second(
+    engine: Engine, attempt: Callable[[], Any], *, stayed: Callable[[Any, int], bool] | None = None, tries: int = 10,
+) -> tuple[Any, int]:
+    """``attempt()`` started early in a second of the database's clock, again until a run stayed
+    inside that second (by default: the database's second had not changed once it returned;
+    ``stayed(result, second)`` may judge it instead); its result and that second. Between tries
+    the database's clock passes the second a failed run may have reached into.
+
+    :raise AssertionError: no run fitted in ``tries``.
+    """
+    for _ in range(tries):
+        second = wait_for(lambda: (now := database_second(engine))[1] <= 0.3 and now, poll=0.02,
+                          what="early in a database second")[0]
+        result = attempt()
+        if stayed(result, second) if stayed is not None else database_second(engine)[0] == second:
+            return result, second
+        wait_for(lambda: database_second(engine)[0] > second + 1, what="the next window", poll=0.05)
+    raise AssertionError(f"no run of {attempt} fitted in one second of the database's clock in {tries} tries")

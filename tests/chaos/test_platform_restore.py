@@ -48,6 +48,7 @@ from tests.chaos.harness import (
 from tooling import embedded_pg
 from tooling.compare import compared
 from tooling.pair import PublicApi, expect
+from tooling.testing import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -199,16 +200,17 @@ def test_a_restore_of_platforms_database_from_an_older_dump_is_repaired_from_the
     with pair.reconciler("--concurrency", "4", "--repair-interval", REPAIR_INTERVAL) as reconciler:
         patching = Burst(jobs, scale.threads).start()
         assert not [r for r in patching.results() if isinstance(r, BaseException)]
-        deadline = time.monotonic() + 180
-        while True:
+        left: dict = {}
+
+        def level():
+            nonlocal left
             after = Sides(pair)
             left = {key: why for key, why in after.differing().items() if key not in gone}
             reported = reconciler.output()
             told = {f"{t}s {i}" for t, i in re.findall(r"repair: orphan (cluster|firewall_rule) ([0-9a-f-]{36})", reported)}
-            if not left and orphans <= told:
-                break
-            assert time.monotonic() < deadline, f"not level within 180 s: {sorted(left.items())[:20]}"
-            time.sleep(0.5)
+            return (after, reported, told) if not left and orphans <= told else None
+
+        after, reported, told = wait_for(level, timeout=180, poll=0.5, what=lambda: f"not level: {sorted(left.items())[:20]}")
         seconds = time.monotonic() - restored_at
     repaired = Counter(re.findall(r"repair: (\w+) (?:cluster|firewall_rule) ", reported))
     pushed_ahead = reported.count("cluster_svc is ahead")

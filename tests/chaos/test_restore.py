@@ -32,6 +32,7 @@ from tests.chaos.harness import (
     running_pair,
 )
 from tooling import embedded_pg
+from tooling.testing import wait_for
 
 # What a restore of cluster_svc's database may show (never ahead or diverged: the platform holds the newer state).
 FINDINGS = ("missing", "behind", "undeleted", "deleted_downstream", "orphan")
@@ -100,10 +101,14 @@ def test_a_restore_from_an_older_dump_is_repaired_to_exactly_the_platforms_state
     assert drifted > 0, "the dump was no older than the database"
 
     with pair.reconciler("--concurrency", "4", "--repair-interval", REPAIR_INTERVAL) as reconciler:
-        deadline = time.monotonic() + 180
-        while not (comparison := pair.compare()).exact:
-            assert time.monotonic() < deadline, f"not repaired within 180 s:\n{comparison.describe()}"
-            time.sleep(0.5)
+        comparison = pair.compare()
+
+        def repaired():
+            nonlocal comparison
+            comparison = pair.compare()
+            return comparison.exact
+
+        wait_for(repaired, timeout=180, poll=0.5, what=lambda: f"not repaired:\n{comparison.describe()}")
         seconds = time.monotonic() - restored_at
     repaired = Counter(re.findall(r"repair: (\w+) (?:cluster|firewall_rule) ", reconciler.output()))
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,6 +30,7 @@ from tests.chaos.convergence import read_audit, scenario_figures
 from tests.chaos.harness import cluster_body, rule_body, rules_path, run_all, running_pair, seed_for
 from tooling.faultproxy import Fault, Plan
 from tooling.pair import PublicApi, expect
+from tooling.testing import wait_for
 
 RATES = {Fault.DROP_RESPONSE: 0.2, Fault.RESET: 0.1, Fault.DELAY: 0.02}
 
@@ -169,10 +169,8 @@ def test_deletes_leave_exactly_the_deleted_objects_as_tombstones(pair, estate, s
         # Every ID is past the horizon soon (most already are): purge removes every deleted
         # object on both sides, the platform's once the reconciler had its delete confirmed.
         # (A wait for a time the IDs name, at most the horizon, not for a race.)
-        deadline = time.monotonic() + pair.horizon.seconds + pair.horizon.grace + 60
-        while deleted_rows(pair) != (0, 0):
-            assert time.monotonic() < deadline, f"deleted rows left (platform, cluster_svc): {deleted_rows(pair)}"
-            time.sleep(0.1)
+        wait_for(lambda: deleted_rows(pair) == (0, 0), timeout=pair.horizon.seconds + pair.horizon.grace + 60,
+                 what="every deleted row purged on both sides", poll=0.1)
     assert not [r for r in results if isinstance(r, BaseException)]
     pair.converge()
     comparison = pair.compare()

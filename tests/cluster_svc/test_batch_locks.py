@@ -10,7 +10,6 @@ as a deadlock.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -21,23 +20,23 @@ from cluster_svc.schemas import route_schemas
 from shared.horizon import Horizon
 from shared.idempotent import CreateOutcome, create_or_return_many
 from tests.helpers import internal_cluster_body, internal_rule_body
+from tooling.testing import wait_for
 
 CLUSTER, FIREWALL_RULE = RESOURCES["cluster"], RESOURCES["firewall_rule"]
 ClusterCreate, FirewallRuleCreate = route_schemas(CLUSTER)["create"], route_schemas(FIREWALL_RULE)["create"]
 
 
 def wait_until_blocked_on_a_lock(engine, pid, timeout=10.0):
-    deadline = time.monotonic() + timeout
     with engine.connect() as conn:
-        while time.monotonic() < deadline:
+
+        def on_a_lock() -> bool:
             waiting = conn.execute(
                 text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
             ).scalar()
             conn.rollback()
-            if waiting == "Lock":
-                return
-            time.sleep(0.01)
-    raise AssertionError(f"backend {pid} never waited on a lock")
+            return waiting == "Lock"
+
+        wait_for(on_a_lock, timeout=timeout, poll=0.01, what=f"backend {pid} waiting on a lock")
 
 
 @pytest.fixture(params=["clusters", "firewall rules"])

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from platform_svc.api.admission import REFRESH_SECONDS
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
-from tooling.testing import wait_for
+from tooling.testing import database_second, in_one_database_second, wait_for
 
 NEW_TOKEN = "rotated-internal-token"
 REFUSED = re.compile(r"access: \S+ \S+ 401 ")  # an access line of a request answered 401
@@ -81,21 +81,15 @@ def get(connection: http.client.HTTPConnection, path: str, api_key: str) -> tupl
     return answer.status, dict(answer.getheaders()), answer.read()
 
 
-def db_second(pair) -> tuple[int, float]:
-    with pair.platform_engine.connect() as conn:
-        now = float(conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar())
-    return int(now), now % 1
-
-
 def in_one_window(pair, attempt, *, tries: int = 10):
     """``attempt()`` started early in a database second, until one run stayed inside that second."""
-    for _ in range(tries):
-        while (start := db_second(pair))[1] > 0.3:
-            time.sleep(0.02)
-        result = attempt()
-        if db_second(pair)[0] == start[0]:
-            return result
-    raise AssertionError(f"no run fitted in one second in {tries} tries")
+    return in_one_database_second(pair.platform_engine, attempt, tries=tries)[0]
+
+
+def past_the_refresh_period() -> None:
+    """The bound of a change to the keys: past it, each worker's next request re-reads the keys it
+    holds. Real time: the workers are processes of their own, on their own clocks."""
+    time.sleep(REFRESH_SECONDS)
 
 
 def cli_json(pair, *args: str):
@@ -126,7 +120,7 @@ class Traffic:
                 response = self.pair.api("POST", "/v1/clusters", json=cluster_body(name=f"rotation-{n}"))
             except requests.RequestException:
                 self.answers[phase, "no answer"] += 1  # platform_svc restarting: nothing was sent down
-                time.sleep(0.05)
+                self._stop.wait(0.05)
                 continue
             outcome = response.json().get("sync_state", str(response.status_code)) if response.ok else str(response.status_code)
             self.answers[phase, outcome] += 1
@@ -247,7 +241,7 @@ def test_keys_added_listed_and_revoked_with_the_cli_and_a_revoked_key_is_refused
     revoked = pair.cli("revoke-key", second["key_id"])
     assert revoked.returncode == 0, revoked.stderr
     assert f"revoked {second['key_id']} of account {account_id}" in revoked.stdout
-    time.sleep(REFRESH_SECONDS)  # the bound: past it, a worker's next request re-reads the keys it holds
+    past_the_refresh_period()
 
     # In each of the same workers (on new connections: a loaded machine may take the commands
     # longer than the keep-alive time of the first ones).
@@ -269,7 +263,7 @@ def test_an_account_removed_by_hand_is_refused_by_every_worker_never_500(pair, o
 
     with pair.platform_engine.begin() as conn:
         conn.execute(text("DELETE FROM accounts WHERE id = :id"), {"id": account["account_id"]})
-    time.sleep(REFRESH_SECONDS)
+    past_the_refresh_period()
 
     for connection in connections.values():
         assert get(connection, "/v1/clusters", account["api_key"])[0] == 401
@@ -286,7 +280,7 @@ def test_the_limit_holds_across_the_workers_of_two_replicas(pair, opened):
     account = {"account_id": pair.account_id, "api_key": pair.api_key}
     set_limit = pair.cli("set-rate-limit", account["account_id"], "5")
     assert set_limit.returncode == 0, set_limit.stderr
-    time.sleep(REFRESH_SECONDS)
+    past_the_refresh_period()
     replica = pair.platform_replica()
     try:
         pinned = list(connections_to_every_worker(opened, pair.platform_svc, replica).values())
@@ -296,17 +290,17 @@ def test_the_limit_holds_across_the_workers_of_two_replicas(pair, opened):
 
         def one(connection):
             status, headers, _ = get(connection, "/v1/clusters", account["api_key"])
-            return status, headers, db_second(pair)[0]
+            return status, headers, database_second(pair.platform_engine)[0]
 
-        for _ in range(10):
-            while (start := db_second(pair))[1] > 0.3:
-                time.sleep(0.02)
+        def at_once():
             with ThreadPoolExecutor(len(connections)) as pool:
-                answers = list(pool.map(one, connections))
-            let_in = [(headers, second) for status, headers, second in answers if status == 200]
-            if all(second == start[0] for _, second in let_in):  # every one let in was counted in that second
-                break
-            time.sleep(1)
+                return list(pool.map(one, connections))
+
+        def counted_in(answers, second) -> bool:  # every one let in was counted in that second
+            return all(counted == second for status, _, counted in answers if status == 200)
+
+        answers, _ = in_one_database_second(pair.platform_engine, at_once, stayed=counted_in)
+        let_in = [(headers, second) for status, headers, second in answers if status == 200]
     finally:
         replica.stop()
 

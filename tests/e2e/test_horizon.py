@@ -32,7 +32,7 @@ def horizon_pair(new_pair, seconds: float, *, proxy: bool = False):
 def until_purgeable(horizon: Horizon, object_id) -> None:
     """Wait for the time at which ``object_id`` is past the horizon and the grace (the ID names it)."""
     due = uuid7_millis(object_id) / 1000 + horizon.seconds + horizon.grace + 0.05
-    time.sleep(max(0.0, due - time.time()))
+    time.sleep(max(0.0, due - time.time()))  # real time: the services' own clocks must pass it
 
 
 def gauge(pair, name: str, resource: str = "cluster") -> float:

@@ -30,7 +30,7 @@ def test_a_caller_killed_15_times_completes_every_begun_operation_exactly_once(p
 
     for _ in range(KILLS):
         caller = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.1, 0.8))  # a random moment of its run: what the test is about
+        time.sleep(rng.uniform(0.1, 0.8))  # real time: a random moment of its run is what the test is about
         caller.send_signal(signal.SIGKILL)
         caller.wait(30)
         seen = Journal(journal_path)

@@ -57,6 +57,7 @@ def test_platform_database_stopped_under_traffic_answers_503_never_500_and_loses
                 answers[key].append(response)
             if not retry or (response is not None and response.status_code < 500):
                 return response
+            # real time: a caller's pause before it retries (Retry-After, shortened)
             time.sleep(0.2 if response is None else min(float(response.headers["Retry-After"]), 0.3))
 
     # 1. Two creates committed, their pushes held; the database goes away; the pushes go through.
@@ -89,21 +90,19 @@ def test_platform_database_stopped_under_traffic_answers_503_never_500_and_loses
             reads.append(response.status_code)
             if response.status_code >= 500:
                 assert response.headers["Retry-After"] and response.json()["code"] == "unavailable"
-            time.sleep(0.05)
+            stop_reads.wait(0.05)
 
     with ThreadPoolExecutor(6) as pool:
         reader = pool.submit(read_loop)
         creates = [pool.submit(create, f"key-{n}", f"db-{n}") for n in range(24)]
         # Five creators retry while the database is down: wait for a dozen of their
-        # tries, then keep the outage going for another second of traffic.
-        wait_until = time.monotonic() + 30
-        while time.monotonic() < wait_until:
+        # tries, then keep the outage going for another dozen.
+        def tries() -> int:
             with lock:
-                tries = sum(len(responses) for key, responses in answers.items() if key.startswith("key-"))
-            if tries >= 12:
-                break
-            time.sleep(0.05)
-        time.sleep(1.0)
+                return sum(len(responses) for key, responses in answers.items() if key.startswith("key-"))
+
+        wait_for(lambda: tries() >= 12, timeout=30, what="a dozen tries while the database is down")
+        wait_for(lambda: tries() >= 24, timeout=30, what="another dozen")
         restart(platform_pg)
         finals = [future.result(timeout=120) for future in creates]
         stop_reads.set()
@@ -166,13 +165,13 @@ def test_a_stalled_database_costs_a_request_at_most_5_s_then_503_and_loses_nothi
                 response = None
             answers.append((key, started, time.monotonic() - started, response))
             if response is not None and response.status_code == 503:
-                time.sleep(0.1)
+                stop.wait(0.1)
 
     with ThreadPoolExecutor(8) as pool:
         callers = [pool.submit(caller, n) for n in range(8)]
         with frozen_postgres(platform_pg):
             frozen_at = time.monotonic()
-            time.sleep(STALL_SECONDS)
+            time.sleep(STALL_SECONDS)  # real time: the stall's length is what the answers are measured against
         thawed_at = time.monotonic()
 
         def answered_after_the_thaw() -> bool:

@@ -21,7 +21,7 @@ import requests
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from tooling.slowclients import open_silent, start_tricklers
-from tooling.testing import LiveServer, console_script, fresh_database
+from tooling.testing import LiveServer, console_script, fresh_database, wait_for
 
 TOKEN = "slow-clients-token"
 READ_TIMEOUT = 4  # seconds: `serve --read-timeout`, short so the test sees the drop
@@ -70,9 +70,7 @@ def test_idle_and_trickling_connections_do_not_delay_other_requests(servers, ser
         silent = open_silent("127.0.0.1", server.port, SILENT, stack)
         tricklers = start_tricklers("127.0.0.1", server.port, TRICKLERS, interval=1.0, stack=stack)
         # Every slow connection is established and has started dawdling.
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not all(t.started_at for t in tricklers):
-            time.sleep(0.01)
+        wait_for(lambda: all(t.started_at for t in tricklers), timeout=5, what="every trickler dawdling", poll=0.01)
         assert len(silent) == SILENT
 
         took = {
@@ -93,9 +91,8 @@ def test_a_client_trickling_its_headers_is_disconnected(servers, service):
     server, _, _ = servers[service]
     with ExitStack() as stack:
         tricklers = start_tricklers("127.0.0.1", server.port, 4, interval=1.0, stack=stack)
-        deadline = time.monotonic() + READ_TIMEOUT + 10
-        while time.monotonic() < deadline and any(t.dropped_after is None for t in tricklers):
-            time.sleep(0.1)
+        wait_for(lambda: all(t.dropped_after is not None for t in tricklers), timeout=READ_TIMEOUT + 10,
+                 what="every trickler disconnected", poll=0.1)
         dropped = [t.dropped_after for t in tricklers]
 
     assert all(after is not None for after in dropped), "a trickler is still connected"

@@ -7,13 +7,12 @@ first create's INSERT on a lock (the account row, which the INSERT's foreign key
 checks) while the others queue for the next flush."""
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import text
 
 from tests.helpers import authed_client, cluster_body
-from tooling.testing import db_row
+from tooling.testing import db_row, wait_for
 
 CREATES = 8
 
@@ -35,10 +34,7 @@ def test_public_creates_in_flight_share_one_intent_flush_and_each_answers_its_ow
             )).scalar()
 
     def until(condition, what):
-        deadline = time.monotonic() + 10
-        while not condition():
-            assert time.monotonic() < deadline, what
-            time.sleep(0.002)
+        wait_for(condition, timeout=10, what=what, poll=0.002)
 
     assert create(cluster_body(name="warm-up")).status_code == 201  # the coalescers exist
     [intents] = [c for (key, _), c in app.extensions["writes"].creates_in_flight.items() if key == "cluster"]

@@ -18,6 +18,7 @@ from platform_svc.operations.leadership import Leadership
 from platform_svc.reconciler.periodic import Periodic, run_periodically
 from shared.db import Database
 from tests.helpers import ManualClock
+from tooling.testing import wait_for
 
 
 @pytest.fixture
@@ -40,12 +41,14 @@ def expire(engine, name: str) -> None:
 
 def renewals(engine, name: str, count: int, timeout: float = 10) -> None:
     """Wait until the lease's expiry has moved ``count`` times (its holder renewed it)."""
-    seen, deadline = set(), time.monotonic() + timeout
-    while len(seen) <= count:
-        assert time.monotonic() < deadline, f"{len(seen)} renewals seen, {count} awaited"
+    seen: set = set()
+
+    def renewed() -> bool:
         with engine.connect() as conn:
             seen.add(conn.execute(text("SELECT expires_at FROM leases WHERE name = :name"), {"name": name}).scalar())
-        time.sleep(0.02)
+        return len(seen) > count
+
+    wait_for(renewed, timeout=timeout, poll=0.02, what=lambda: f"{len(seen)} renewals seen, {count} awaited")
 
 
 def keep_and_run(leader: Leadership, duties: list, stop: threading.Event) -> threading.Thread:
@@ -118,7 +121,7 @@ def test_the_leader_renews_while_a_long_pass_runs_and_gives_the_lease_back_when_
         while not until.is_set():
             other.renew()
             seen.append((leader.holding(), other.holding()))
-            time.sleep(0.05)
+            stop.wait(0.05)
         return "long pass done"
 
     runner = keep_and_run(leader, [Periodic("long", 0.01, long_pass)], stop)
@@ -140,8 +143,7 @@ def test_a_leader_that_cannot_renew_stops_its_pass_before_the_lease_could_run_ou
 
     def endless_pass(until) -> str:
         started = time.monotonic()
-        while not until.is_set():
-            time.sleep(0.02)
+        wait_for(until.is_set, timeout=60, poll=0.02, what="the pass told to stop")
         passes.append((started, time.monotonic()))
         return "pass done"
 
@@ -149,17 +151,12 @@ def test_a_leader_that_cannot_renew_stops_its_pass_before_the_lease_could_run_ou
     try:
         with caplog.at_level(logging.INFO, logger="platform_svc.reconciler"):
             runner = keep_and_run(leader, [Periodic("endless", 0.01, endless_pass)], stop)
-            deadline = time.monotonic() + 10
-            while not leader.holding():
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            wait_for(leader.holding, timeout=10, poll=0.02, what="the lease taken")
             # The database stops answering the renewals: another transaction holds the lease's row.
             with blocker.begin() as conn:
                 conn.execute(text("SELECT 1 FROM leases WHERE name = :name FOR UPDATE"), {"name": lease_name})
                 blocked_at = time.monotonic()
-                while not passes:
-                    assert time.monotonic() < blocked_at + 10, "the pass did not stop"
-                    time.sleep(0.02)
+                wait_for(lambda: passes, timeout=10, poll=0.02, what="the pass stopped")
                 assert not leader.holding()
                 # It stopped within the lease (renewed at most a third of it before the row was locked).
                 assert passes[0][1] - blocked_at < leader.ttl

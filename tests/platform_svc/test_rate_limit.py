@@ -9,35 +9,21 @@ that the database's second did not change meanwhile; if it did, it tries again.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 
 from sqlalchemy import text
 
 from platform_svc.api import auth
 from tests.helpers import UNREACHED_RATE_LIMIT, ManualClock, authed_client, cluster_body, keys_reread, make_account
-from tooling.testing import StatementCounter, assert_problem
-
-
-def db_second(engine) -> tuple[int, float]:
-    """The database's current second, and how far into it."""
-    with engine.connect() as conn:
-        now = conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar()
-    return int(now), float(now) % 1
+from tooling.testing import StatementCounter, assert_problem, database_second, in_one_database_second
 
 
 def in_one_window(engine, admitted, then=None, *, tries: int = 10):
     """Run ``admitted()`` starting early in a database second, until a run stayed inside that second
     (one window of the limit); then ``then()`` (the request past the limit, answered when the window
     ends). Returns what ``admitted`` returned, or both results."""
-    for _ in range(tries):
-        while (start := db_second(engine))[1] > 0.3:
-            time.sleep(0.02)
-        result = admitted()
-        if db_second(engine)[0] == start[0]:
-            return result if then is None else (result, then())
-        time.sleep(1)  # a window that may hold some of this run's requests passes
-    raise AssertionError(f"no run of {admitted} fitted in one second in {tries} tries")
+    result, _ = in_one_database_second(engine, admitted, tries=tries)
+    return result if then is None else (result, then())
 
 
 def limited_account(platform_database, limit):
@@ -56,7 +42,7 @@ def test_past_its_limit_an_account_gets_429_when_its_window_ends_with_the_rateli
     admitted, refused = in_one_window(
         platform_engine,
         lambda: [client.get("/v1/clusters") for _ in range(3)],
-        lambda: (db_second(platform_engine)[0], client.get("/v1/clusters"), db_second(platform_engine)[0]),
+        lambda: (database_second(platform_engine)[0], client.get("/v1/clusters"), database_second(platform_engine)[0]),
     )
 
     assert [a.status_code for a in admitted] == [200, 200, 200]

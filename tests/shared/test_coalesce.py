@@ -6,12 +6,12 @@ the others queue (what the database's round trip does in a worker)."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from shared.coalesce import Coalescer
+from tooling.testing import wait_for
 
 
 class Flushes:
@@ -34,10 +34,7 @@ class Flushes:
 
 
 def queued(coalescer, count):
-    deadline = time.monotonic() + 10
-    while len(coalescer._queue) < count:
-        assert time.monotonic() < deadline, "callers did not queue"
-        time.sleep(0.001)
+    wait_for(lambda: len(coalescer._queue) >= count, timeout=10, what="callers queued", poll=0.001)
 
 
 def held_then_released(coalescer, flushes, first, then, pool):

@@ -9,7 +9,6 @@ hundreds a second).
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -20,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from shared.db import Database
 from shared.errors import database_unavailable
-from tooling.testing import fresh_database
+from tooling.testing import fresh_database, wait_for
 
 POOL_SIZE = 2
 
@@ -79,10 +78,7 @@ def _terminate_all(admin, database_name: str) -> None:
                  " AND pid <> pg_backend_pid()"),
             {"name": database_name},
         )
-    deadline = time.monotonic() + 10
-    while _backends(admin, database_name):
-        assert time.monotonic() < deadline, "the terminated sessions did not end"
-        time.sleep(0.01)
+    wait_for(lambda: not _backends(admin, database_name), timeout=10, what="the terminated sessions ended", poll=0.01)
 
 
 @pytest.fixture

@@ -59,18 +59,21 @@ def test_where_the_service_waits_through_a_failover_it_waits_through_a_hang_and_
             with database.begin() as conn:
                 return conn.execute(text("SELECT 5")).scalar()
 
+        hung = threading.Event()
+
         def stall() -> None:
             with frozen_postgres(hung_pg):
-                time.sleep(1.5)  # the hang's length is what is measured against
+                hung.set()
+                time.sleep(1.5)  # real time: the hang's length is what the wait is measured against
 
         staller = threading.Thread(target=stall)
         staller.start()
-        time.sleep(0.2)  # (the hang has begun)
+        assert hung.wait(10)
         started = time.monotonic()
         assert database.through_failover(view) == 5
         waited = time.monotonic() - started
         staller.join()
-        assert 1.0 <= waited < 1.3 + 0.5 + 1.0  # the hang's remaining 1.3 s, then one pause and one bound at most
+        assert 1.0 <= waited < 1.5 + 0.5 + 1.0  # the hang's remaining 1.5 s at most, then one pause and one bound at most
     finally:
         database.dispose()
 
