@@ -139,8 +139,9 @@ class Claim:
     push_by: float  # a time.monotonic() value
 
 
-def units(resource: Resource, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
-    """Cut claimed rows into units: creates to the same collection up to ``batch`` together, every other row alone."""
+def claims_of(resource: Resource, rows: Sequence[RowMapping], *, batch: int, push_by: float) -> list[Claim]:
+    """Cut claimed rows into claims, a unit of work (one call) each: creates to the same collection up to
+    ``batch`` together, every other row alone."""
     collections: dict[str, list[RowMapping]] = {}
     claims = []
     for row in rows:

@@ -33,7 +33,7 @@ from sqlalchemy import func, select
 
 from platform_svc.operations.passes import record_pass, this_process
 from platform_svc.push.pusher import UnitPusher
-from platform_svc.push.schedule import Claim, claim_due, in_backoff, units, wake_backed_off
+from platform_svc.push.schedule import Claim, claim_due, claims_of, in_backoff, wake_backed_off
 from platform_svc.reconciler.settings import ReconcilerSettings
 from platform_svc.states import SyncState
 from platform_svc.operations.sightings import PROBE  # what an outage probe asks: a cheap read
@@ -279,7 +279,7 @@ class Reconciler:
                         db_session=db_session, resource=resource, limit=left * per_unit, lease=self.settings.lease,
                         due_by=self._due_by, creates=creates,
                     )
-                    claims += units(resource, rows, batch=batch, push_by=push_by)
+                    claims += claims_of(resource, rows, batch=batch, push_by=push_by)
         return claims
 
     def _work(self, claim: Claim, stop: threading.Event) -> list[tuple[tuple[str, Any], str]]:

@@ -14,7 +14,7 @@ from idempotent_pair_client.transport import ClientPolicy
 from platform_svc.api import services
 from platform_svc.models import RESOURCES
 from platform_svc.push.pusher import PushPath, UnitPusher
-from platform_svc.push.schedule import Claim, units
+from platform_svc.push.schedule import Claim, claims_of
 from shared.client import InternalClient
 from tests.helpers import cluster_body, rule_body
 from tooling.faultproxy import FaultProxy
@@ -51,7 +51,7 @@ def claim(database, kind, object_id):
         )
 
 
-def test_units_put_creates_of_one_collection_together_and_every_other_row_alone():
+def test_claims_put_creates_of_one_collection_together_and_every_other_row_alone():
     parent_a, parent_b = uuid.uuid4(), uuid.uuid4()
 
     def rule(parent, synced=0, deleted=None):
@@ -62,7 +62,7 @@ def test_units_put_creates_of_one_collection_together_and_every_other_row_alone(
     update, delete = rule(parent_a, synced=1), rule(parent_a, deleted="now")
     rows = [creates_a[0], update, *creates_b, *creates_a[1:], delete]
 
-    cut = units(FIREWALL_RULE, rows, batch=2, push_by=0.0)
+    cut = claims_of(FIREWALL_RULE, rows, batch=2, push_by=0.0)
 
     assert sorted(len(claim.rows) for claim in cut) == [1, 1, 1, 1, 2, 2]
     alone = [claim.rows[0] for claim in cut if len(claim.rows) == 1]
