@@ -23,7 +23,7 @@ from typing import Any
 class Action:
     """What the server does with one request."""
 
-    kind: str  # "reply", "drop" or "hang"
+    kind: str  # "reply", "drop", "hang" or "trickle"
     status: int = 200
     body: Any = None  # dict/list -> JSON, bytes -> as is, None -> no body
     headers: dict[str, str] = field(default_factory=dict)
@@ -42,6 +42,12 @@ def drop() -> Action:
 def hang(seconds: float = 30.0) -> Action:
     """Read the request and never answer (until the server stops)."""
     return Action("hang", delay=seconds)
+
+
+def trickle(status: int, body: bytes, every: float) -> Action:
+    """Answer ``status`` at once, then ``body`` one byte every ``every`` seconds: no read ever
+    waits long, yet the answer takes ``len(body) * every`` seconds to arrive."""
+    return Action("trickle", status, body, {}, every)
 
 
 @dataclass
@@ -118,7 +124,7 @@ class ScriptedServer:
                     outer.stopping.wait(action.delay)
                     self.close_connection = True
                     return
-                if action.delay and outer.stopping.wait(action.delay):
+                if action.delay and action.kind != "trickle" and outer.stopping.wait(action.delay):
                     self.close_connection = True
                     return
                 if isinstance(action.body, bytes):
@@ -136,7 +142,13 @@ class ScriptedServer:
                     if action.status not in (204, 304):
                         self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    if action.status not in (204, 304):
+                    if action.kind == "trickle":
+                        for byte in payload:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            if outer.stopping.wait(action.delay):
+                                break
+                    elif action.status not in (204, 304):
                         self.wfile.write(payload)
                     self.wfile.flush()
                 except OSError:  # the client gave up on us (e.g. after its read timeout)

@@ -80,13 +80,16 @@ class AsyncTransport:
         sent, payload = prepared(self._headers, body, headers)
         plan = CallPlan(policy or self.policy, method, path, sent[request_id.HEADER], None, on_attempt)
         while True:
-            connect, read, _ = plan.begin()
+            connect, read, total = plan.begin()
             sent_at = time.time()
             try:
-                response = await self._client.request(
-                    method, self.base_url + path, content=payload, headers=sent,
-                    timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
-                )
+                async with asyncio.timeout(total):  # the attempt's whole, as urllib3's total is the sync one's
+                    response = await self._client.request(
+                        method, self.base_url + path, content=payload, headers=sent,
+                        timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
+                    )
+            except TimeoutError as exc:  # the total ran out: no answer, as a read timeout is
+                pause = plan.failed(exc, retryable=True, reason="timed out")
             except httpx.HTTPError as exc:
                 timed_out = isinstance(exc, httpx.TimeoutException)
                 pause = plan.failed(exc, retryable=isinstance(exc, _RETRYABLE),

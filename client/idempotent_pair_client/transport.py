@@ -224,14 +224,15 @@ class Transport:
             sent_at = time.time()
             try:
                 response = self._pool.urlopen(
-                    method, self._prefix + path, body=payload, headers=sent, retries=False,
+                    method, self._prefix + path, body=payload, headers=sent, retries=False, preload_content=False,
                     timeout=urllib3.Timeout(connect=connect, read=read, total=total), redirect=False,
                 )
+                data = _body_within(response, None if total is None else time.monotonic() + total)
             except HTTPError as exc:
                 pause = plan.failed(exc, retryable=isinstance(exc, (ConnectTimeoutError, ReadTimeoutError,
                                                                     ProtocolError)))
             else:
-                outcome = plan.answered(response.status, response.headers, decode(response.data), sent_at)
+                outcome = plan.answered(response.status, response.headers, decode(data), sent_at)
                 if isinstance(outcome, Reply):
                     return outcome
                 pause = outcome
@@ -370,6 +371,28 @@ def describe(error: Exception) -> str:
 def encode(body: Any) -> bytes:
     """A request body as the clients send it (compact JSON)."""
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _body_within(response: urllib3.BaseHTTPResponse, ends: float | None) -> bytes:
+    """The answer's body as it arrives, its connection given back to the pool after. urllib3's total
+    timeout bounds each read, not the answer's arrival: one trickling in a byte at a time would hold
+    the call past its budget, so past ``ends`` (a time.monotonic() value) the attempt has timed out.
+
+    :raise ReadTimeoutError: the answer was still arriving at ``ends`` (its connection is closed).
+    """
+    chunks = []
+    try:
+        while chunk := response.read1(1 << 16):
+            chunks.append(chunk)
+            if ends is not None and time.monotonic() > ends:
+                raise ReadTimeoutError(None, response.geturl() or "", "the answer was still arriving when its"
+                                       " attempt's total timeout ran out")
+    except BaseException:
+        response.close()
+        raise
+    finally:
+        response.release_conn()
+    return b"".join(chunks)
 
 
 def decode(data: bytes) -> Any:

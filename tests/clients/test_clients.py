@@ -30,7 +30,7 @@ from idempotent_pair_client.errors import (
 from idempotent_pair_client.platform import NoAnswer, PlatformClient, ProblemError
 
 from tests.helpers import Synced
-from tooling.scripted import drop, hang, reply
+from tooling.scripted import drop, hang, reply, trickle
 
 KEY = "api-key-for-tests"
 TOKEN = "internal-token-for-tests"
@@ -540,3 +540,30 @@ def test_a_waiting_call_gets_an_attempt_timeout_beyond_the_wait():
     assert waiting(None, None, policy) == ({}, None)
     assert waiting(10, None, policy) == ({"Prefer": "wait=10"}, 10 + WAIT_SLACK)
     assert waiting(1, 30.0, policy) == ({"Prefer": "wait=1"}, 30.0)  # a longer timeout of the caller's own stands
+
+
+def test_an_attempt_ends_at_its_total_timeout_even_while_the_answer_still_trickles_in(server, flavour):
+    """A call's budget (``total_timeout``, the inline push's) bounds each attempt as a whole, in
+    both flavours of the one HTTP core: an answer arriving a byte every 0.2 s never trips the read
+    timeout, and still the call is over after its second, as a frozen server's would be."""
+    import asyncio
+
+    from idempotent_pair_client.aio import AsyncTransport
+    from idempotent_pair_client.transport import ClientPolicy, Transport
+
+    budget = ClientPolicy(connect_timeout=1.0, read_timeout=1.0, retries=0, total_timeout=1.0)
+    server.script(trickle(200, b'{"id": "trickling along"}', every=0.2))  # 5 s to arrive whole
+    started = time.monotonic()
+    with pytest.raises(NoAnswer):
+        if flavour == "async":
+            async def send() -> None:
+                transport = AsyncTransport(server.url, {}, budget)
+                try:
+                    await transport.send("GET", "/clusters/c-1")
+                finally:
+                    await transport.close()
+
+            asyncio.run(send())
+        else:
+            Transport(server.url, {}, budget).send("GET", "/clusters/c-1")
+    assert time.monotonic() - started < 1.0 + 0.5
