@@ -227,7 +227,7 @@ class Transport:
                     method, self._prefix + path, body=payload, headers=sent, retries=False, preload_content=False,
                     timeout=urllib3.Timeout(connect=connect, read=read, total=total), redirect=False,
                 )
-                data = _body_within(response, None if total is None else time.monotonic() + total)
+                data = _body_within(self._pool, response, None if total is None else time.monotonic() + total)
             except HTTPError as exc:
                 pause = plan.failed(exc, retryable=isinstance(exc, (ConnectTimeoutError, ReadTimeoutError,
                                                                     ProtocolError)))
@@ -373,7 +373,7 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _body_within(response: urllib3.BaseHTTPResponse, ends: float | None) -> bytes:
+def _body_within(pool: urllib3.HTTPConnectionPool, response: urllib3.BaseHTTPResponse, ends: float | None) -> bytes:
     """The answer's body as it arrives, its connection given back to the pool after. urllib3's total
     timeout bounds each read, not the answer's arrival: one trickling in a byte at a time would hold
     the call past its budget, so past ``ends`` (a time.monotonic() value) the attempt has timed out.
@@ -385,7 +385,7 @@ def _body_within(response: urllib3.BaseHTTPResponse, ends: float | None) -> byte
         while chunk := response.read1(1 << 16):
             chunks.append(chunk)
             if ends is not None and time.monotonic() > ends:
-                raise ReadTimeoutError(None, response.geturl() or "", "the answer was still arriving when its"
+                raise ReadTimeoutError(pool, response.geturl() or "", "the answer was still arriving when its"
                                        " attempt's total timeout ran out")
     except BaseException:
         response.close()
