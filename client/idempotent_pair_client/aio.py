@@ -17,19 +17,16 @@ from typing import Any, Literal, Self
 import httpx
 import uuid6
 
-from idempotent_pair_client import request_id
-from idempotent_pair_client.cluster import TOKEN_VARIABLE
-from idempotent_pair_client.cluster import URL_VARIABLE as CLUSTER_URL
+from idempotent_pair_client import cluster, platform, request_id
 from idempotent_pair_client.core import (
+    ClientBase,
     Deletion,
     Meta,
     Object,
     as_object,
     body_of,
     call_policy,
-    caller_policy,
     expect,
-    from_environment,
     item_results,
     page_of,
     paged,
@@ -41,8 +38,6 @@ from idempotent_pair_client.errors import ProblemError
 from idempotent_pair_client.journal import Journal, key_for, note_answer
 from idempotent_pair_client.limits import MAX_BATCH_ITEMS, MAX_BODY_BYTES
 from idempotent_pair_client.pages import AsyncPage, AsyncPager
-from idempotent_pair_client.platform import KEY_VARIABLE
-from idempotent_pair_client.platform import URL_VARIABLE as PLATFORM_URL
 from idempotent_pair_client.resources import AsyncClusterResources, AsyncPlatformResources
 from idempotent_pair_client.transport import (
     USER_AGENT,
@@ -106,16 +101,11 @@ class AsyncTransport:
         await self._client.aclose()
 
 
-class AsyncServiceClient:
+class AsyncServiceClient(ClientBase):
     """What the two async clients share: as :class:`~idempotent_pair_client.core.ServiceClient`, awaited."""
 
-    def __init__(
-        self, base_url: str, credential: str, *, timeout: float, retry_for: float, pool_size: int,
-        on_attempt: Callable[[Attempt], None] | None = None,
-    ) -> None:
-        self.policy = caller_policy(timeout=timeout, retry_for=retry_for, pool_size=pool_size)
-        self.transport = AsyncTransport(base_url, {"Authorization": f"Bearer {credential}"}, self.policy)
-        self.on_attempt = on_attempt
+    transport_type = AsyncTransport
+    transport: AsyncTransport
 
     async def get(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Object:
         """:meth:`~idempotent_pair_client.core.ServiceClient.get`, awaited."""
@@ -163,9 +153,8 @@ class AsyncPlatformClient(AsyncServiceClient, AsyncPlatformResources):
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
         journal: Journal | None = None,
     ) -> None:
-        super().__init__(from_environment(base_url, PLATFORM_URL, "platform_svc URL"),
-                         from_environment(api_key, KEY_VARIABLE, "API key"),
-                         timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+        super().__init__(*platform.endpoint(base_url, api_key), timeout=timeout, retry_for=retry_for,
+                         pool_size=pool_size, on_attempt=on_attempt)
         self.journal = journal  # a local file: its writes are brief, and made before anything is sent
 
     @staticmethod
@@ -240,9 +229,8 @@ class AsyncClusterClient(AsyncServiceClient, AsyncClusterResources):
         self, base_url: str | None = None, *, token: str | None = None, timeout: float = 10.0,
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
     ) -> None:
-        sent = from_environment(token, TOKEN_VARIABLE, "internal token").split(",", 1)[0].strip()
-        super().__init__(from_environment(base_url, CLUSTER_URL, "cluster_svc URL"), sent, timeout=timeout,
-                         retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+        super().__init__(*cluster.endpoint(base_url, token), timeout=timeout, retry_for=retry_for,
+                         pool_size=pool_size, on_attempt=on_attempt)
 
     async def create(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None

@@ -42,6 +42,13 @@ __all__ = ["ClientError", "ClusterClient", "NoAnswer", "ProblemError"]
 URL_VARIABLE, TOKEN_VARIABLE = "PAIR_CLUSTER_URL", "PAIR_INTERNAL_TOKEN"
 
 
+def endpoint(base_url: str | None, token: str | None) -> tuple[str, str]:
+    """cluster_svc's URL and the token sent (the first of a rotation's), each given or from the
+    environment, for either flavour of its client. :raise ValueError: one is in neither."""
+    sent = from_environment(token, TOKEN_VARIABLE, "internal token").split(",", 1)[0].strip()
+    return from_environment(base_url, URL_VARIABLE, "cluster_svc URL"), sent
+
+
 class ClusterClient(ServiceClient, ClusterResources):
     """cluster_svc's internal API with the internal token; thread-safe, pooled, keep-alive.
 
@@ -60,9 +67,8 @@ class ClusterClient(ServiceClient, ClusterResources):
         self, base_url: str | None = None, *, token: str | None = None, timeout: float = 10.0,
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
     ) -> None:
-        sent = from_environment(token, TOKEN_VARIABLE, "internal token").split(",", 1)[0].strip()
-        super().__init__(from_environment(base_url, URL_VARIABLE, "cluster_svc URL"), sent, timeout=timeout,
-                         retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt)
+        super().__init__(*endpoint(base_url, token), timeout=timeout, retry_for=retry_for, pool_size=pool_size,
+                         on_attempt=on_attempt)
 
     def create(
         self, path: str, body: Mapping[str, Any], *, timeout: float | None = None, retry_for: float | None = None

@@ -24,7 +24,7 @@ import enum
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
 
 from idempotent_pair_client.errors import ClientError, NoAnswer, ProblemError, problem_error
@@ -110,20 +110,29 @@ def from_environment(given: str | None, variable: str, what: str) -> str:
     return value
 
 
-class ServiceClient:
-    """A client of one service, calling with a bearer ``credential``; thread-safe, pooled, keep-alive.
+class ClientBase:
+    """What a client of either flavour is built from: its calls' policy, its flavour's transport
+    (:attr:`transport_type`) sending a bearer ``credential``, and whom to tell of each attempt."""
 
-    ``on_attempt``, when given, is told every attempt of every call (:class:`~idempotent_pair_client.transport.Attempt`):
-    what it got and the pause before the next. Retries are also logged at DEBUG on ``idempotent_pair_client``.
-    """
+    transport_type: ClassVar[type[Any]] = Transport  # built with (base_url, headers, policy)
 
     def __init__(
         self, base_url: str, credential: str, *, timeout: float, retry_for: float, pool_size: int,
         on_attempt: Callable[[Attempt], None] | None = None,
     ) -> None:
         self.policy = caller_policy(timeout=timeout, retry_for=retry_for, pool_size=pool_size)
-        self.transport = Transport(base_url, {"Authorization": f"Bearer {credential}"}, self.policy)
+        self.transport = self.transport_type(base_url, {"Authorization": f"Bearer {credential}"}, self.policy)
         self.on_attempt = on_attempt
+
+
+class ServiceClient(ClientBase):
+    """A client of one service, calling with a bearer ``credential``; thread-safe, pooled, keep-alive.
+
+    ``on_attempt``, when given, is told every attempt of every call (:class:`~idempotent_pair_client.transport.Attempt`):
+    what it got and the pause before the next. Retries are also logged at DEBUG on ``idempotent_pair_client``.
+    """
+
+    transport: Transport
 
     def get(self, path: str, *, timeout: float | None = None, retry_for: float | None = None) -> Object:
         """The object at ``path``. :raise NotFound: :raise Gone: (deleted) ... :raise NoAnswer:"""

@@ -50,6 +50,13 @@ __all__ = ["ClientError", "NoAnswer", "PlatformClient", "ProblemError"]
 URL_VARIABLE, KEY_VARIABLE = "PAIR_PLATFORM_URL", "PAIR_API_KEY"
 
 
+def endpoint(base_url: str | None, api_key: str | None) -> tuple[str, str]:
+    """platform_svc's URL and the account's API key, each given or from the environment, for either
+    flavour of its client. :raise ValueError: one is in neither."""
+    url = from_environment(base_url, URL_VARIABLE, "platform_svc URL")
+    return url, from_environment(api_key, KEY_VARIABLE, "API key")
+
+
 class PlatformClient(ServiceClient, PlatformResources):
     """platform_svc's public API as one account (its API key); thread-safe, pooled, keep-alive.
 
@@ -71,11 +78,8 @@ class PlatformClient(ServiceClient, PlatformResources):
         retry_for: float = 60.0, pool_size: int = 10, on_attempt: Callable[[Attempt], None] | None = None,
         journal: Journal | None = None,
     ) -> None:
-        super().__init__(
-            from_environment(base_url, URL_VARIABLE, "platform_svc URL"),
-            from_environment(api_key, KEY_VARIABLE, "API key"),
-            timeout=timeout, retry_for=retry_for, pool_size=pool_size, on_attempt=on_attempt,
-        )
+        super().__init__(*endpoint(base_url, api_key), timeout=timeout, retry_for=retry_for, pool_size=pool_size,
+                         on_attempt=on_attempt)
         self.journal = journal  # named operations' keys, kept across crashes (idempotent_pair_client.journal)
 
     @staticmethod
