@@ -256,34 +256,6 @@ class LiveServer:
         return sorted(pids)
 
 
-class InProcessServer:
-    """A WSGI app (a service's real one) served on loopback from a thread of this process, with
-    werkzeug's threaded server: for tests of a caller, which need the service's real answers over
-    real HTTP but none of its process's start-up, signals or edge (those are the e2e tests')."""
-
-    def __init__(self, app: Any) -> None:
-        from werkzeug.serving import WSGIRequestHandler, make_server
-
-        class KeepAlive(WSGIRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as the callers' pools expect of gunicorn
-
-            def log_request(self, *args: Any) -> None:  # the service's own access line is the worker's
-                pass
-
-        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=KeepAlive)
-        self.port = self._server.server_port
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="in-process-server", daemon=True)
-
-    def __enter__(self) -> InProcessServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def stop_process_group(process: subprocess.Popen | None, sig: int, timeout: float = 15) -> None:
     """Send ``sig`` to a process started in a session of its own (and its children), and wait
     for it; SIGKILL if it is not gone within ``timeout`` seconds. Nothing if it is not running."""
@@ -458,30 +430,3 @@ def wait_for(
             raise TimeoutError(f"{what() if callable(what) else what}: not within {timeout} s")
         time.sleep(poll)
 
-
-def database_second(engine: Engine) -> tuple[int, float]:
-    """The database's current second (its clock, which the rate limit's windows count in), and how
-    far into it."""
-    with engine.connect() as conn:
-        now = float(conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar())
-    return int(now), now % 1
-
-
-def in_one_database_second(
-    engine: Engine, attempt: Callable[[], Any], *, stayed: Callable[[Any, int], bool] | None = None, tries: int = 10,
-) -> tuple[Any, int]:
-    """``attempt()`` started early in a second of the database's clock, again until a run stayed
-    inside that second (by default: the database's second had not changed once it returned;
-    ``stayed(result, second)`` may judge it instead); its result and that second. Between tries
-    the database's clock passes the second a failed run may have reached into.
-
-    :raise AssertionError: no run fitted in ``tries``.
-    """
-    for _ in range(tries):
-        second = wait_for(lambda: (now := database_second(engine))[1] <= 0.3 and now, poll=0.02,
-                          what="early in a database second")[0]
-        result = attempt()
-        if stayed(result, second) if stayed is not None else database_second(engine)[0] == second:
-            return result, second
-        wait_for(lambda: database_second(engine)[0] > second + 1, what="the next window", poll=0.05)
-    raise AssertionError(f"no run of {attempt} fitted in one second of the database's clock in {tries} tries")

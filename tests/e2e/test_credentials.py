@@ -20,7 +20,8 @@ from sqlalchemy import text
 from platform_svc.api.admission import REFRESH_SECONDS
 from tests.helpers import cluster_body
 from tooling.pair import TOKEN
-from tooling.testing import database_second, in_one_database_second, wait_for
+from tooling.testing import wait_for
+from tooling.windows import database_second, in_one_database_second
 
 NEW_TOKEN = "rotated-internal-token"
 REFUSED = re.compile(r"access: \S+ \S+ 401 ")  # an access line of a request answered 401

@@ -18,7 +18,8 @@ from platform_svc.cli import MIGRATIONS as PLATFORM_MIGRATIONS
 from shared.db import Database
 from tests.helpers import UNREACHED_RATE_LIMIT, SteppedClock, authed_client, cluster_body, make_account, rule_body
 from tooling.pair import TOKEN
-from tooling.testing import InProcessServer, free_port, fresh_database
+from tooling.inprocess import InProcessServer
+from tooling.testing import free_port, fresh_database
 
 # The tests' accounts send requests back to back, faster than the default limit
 # (100 a second) allows: they get a limit no test reaches, and the tests of the

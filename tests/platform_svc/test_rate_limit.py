@@ -15,7 +15,8 @@ from sqlalchemy import text
 
 from platform_svc.api import auth
 from tests.helpers import UNREACHED_RATE_LIMIT, ManualClock, authed_client, cluster_body, keys_reread, make_account
-from tooling.testing import StatementCounter, assert_problem, database_second, in_one_database_second
+from tooling.testing import StatementCounter, assert_problem
+from tooling.windows import database_second, in_one_database_second
 
 
 def in_one_window(engine, admitted, then=None, *, tries: int = 10):
