@@ -78,6 +78,11 @@ class Coalescer(Generic[Item, Result]):
         self.flushes = 0  # how many flushes ran, and how many items they held (for tests and logs)
         self.items = 0
 
+    @property
+    def queued(self) -> int:
+        """Callers waiting for the next flush (not counting the leaders of the flushes running)."""
+        return len(self._queue)
+
     def submit(self, item: Item, size: int = 0) -> Result:
         """``item``'s result from a flush it shares with the callers in flight.
 

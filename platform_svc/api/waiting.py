@@ -4,10 +4,11 @@ or failed (``Idempotency-Status``), or N seconds have passed, then answers as us
 
 A caller that needs the object in cluster_svc before it goes on (a cluster provisioned before its
 firewall rules are opened, say) then needs no loop of its own. Waiting holds no database
-connection: the row's state is read by a short statement of its own, first after
-:data:`FIRST_LOOK` seconds, the pause doubling up to :data:`LONGEST_PAUSE`; between reads the
-request holds a greenlet and nothing else, so callers waiting through an outage hold no sessions
-and slow no one else's requests. The wait is capped at :data:`MAX_WAIT` seconds (a larger N waits
+connection: the row's state is read again first after :data:`FIRST_LOOK` seconds, the pause
+doubling up to :data:`LONGEST_PAUSE`, and the requests of one worker waiting at that moment share
+one short statement (:class:`Rereads`, :mod:`shared.coalesce`): between reads a request holds a
+greenlet and nothing else, and however many wait, a worker holds one session for their reads at
+most, so callers waiting through an outage slow no one else's requests. The wait is capped at :data:`MAX_WAIT` seconds (a larger N waits
 that long, and ``Preference-Applied`` says so). Someone else does the work meanwhile: the
 reconciler pushes what the inline push could not.
 """
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.engine import RowMapping
 
-from platform_svc.api import services
 from platform_svc.states import IDEMPOTENCY_STATUS, SyncState
+from shared.coalesce import Coalescer
 from shared.db import Database
 from shared.registry import Resource
 
@@ -47,18 +49,49 @@ def settled(row: RowMapping) -> bool:
     return IDEMPOTENCY_STATUS[row["sync_state"]] != IDEMPOTENCY_STATUS[SyncState.PENDING]
 
 
+READS_PER_STATEMENT = 500
+
+
+class Rereads:
+    """The rows one worker's waiting requests read again: those reading at one moment share one
+    statement (``id = ANY(...)``) and one short transaction, per resource."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._coalescers: dict[str, Coalescer[Any, Any]] = {}
+
+    def row(self, resource: Resource, object_id: Any) -> RowMapping:
+        """The row of ``object_id`` as it is now, whatever its state."""
+        if resource.key not in self._coalescers:
+            self._coalescers[resource.key] = Coalescer(
+                lambda ids: self._read(resource, ids), max_items=READS_PER_STATEMENT,
+            )
+        return self._coalescers[resource.key].submit(object_id)
+
+    def queued(self, resource: Resource) -> int:
+        """The reads of ``resource`` waiting for the next statement (one is running meanwhile)."""
+        coalescer = self._coalescers.get(resource.key)
+        return 0 if coalescer is None else coalescer.queued
+
+    def _read(self, resource: Resource, ids: Sequence[Any]) -> list[RowMapping | LookupError]:
+        """Each row of ``ids``; one that is gone (purged while its request waited) fails its own caller."""
+        table = resource.table
+        with self.database.begin() as db_session:
+            rows = {row["id"]: row for row in db_session.execute(select(table).where(table.c.id.in_(ids))).mappings()}
+        return [rows.get(object_id) or LookupError(f"{resource.describe(object_id)} has no row") for object_id in ids]
+
+
 def wait_for_outcome(
-    database: Database, resource: Resource, row: RowMapping, seconds: int, *,
+    rereads: Rereads, resource: Resource, row: RowMapping, seconds: int, *,
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
 ) -> RowMapping:
-    """``row`` as it is once it has settled (:func:`settled`), or after ``seconds``: read again by
-    short statements, none held in between."""
+    """``row`` as it is once it has settled (:func:`settled`), or after ``seconds``: read again
+    through ``rereads``, no session held in between."""
     deadline, pause = clock() + seconds, FIRST_LOOK
     while not settled(row) and clock() < deadline:
         sleep(min(pause, max(0.0, deadline - clock())))
         pause = min(pause * 2, LONGEST_PAUSE)
-        with database.begin() as db_session:
-            row = services.read_row(db_session, resource, row["id"])
+        row = rereads.row(resource, row["id"])
     return row
 
 

@@ -57,6 +57,10 @@ class Writes:
     creates_in_flight: dict[tuple[str, timedelta], Coalescer[dict[str, Any], CreateResult]] = field(
         default_factory=dict, init=False, repr=False,
     )
+    rereads: waiting.Rereads = field(init=False, repr=False)  # what requests waiting for an outcome read
+
+    def __post_init__(self) -> None:
+        self.rereads = waiting.Rereads(self.database)
 
     def create(
         self, resource: Resource, values: dict[str, Any], *, account_id: uuid.UUID, scope: dict[str, Any],
@@ -131,7 +135,7 @@ class Writes:
         """``row`` once it settled, when the request asked to wait for it (``Prefer: wait=N``)."""
         if wait is None:
             return Written(row, created)
-        return Written(waiting.wait_for_outcome(self.database, resource, row, wait), created, wait)
+        return Written(waiting.wait_for_outcome(self.rereads, resource, row, wait), created, wait)
 
     def _claim(self, db_session, resource: Resource, row: RowMapping) -> RowMapping | None:
         """Within the write's transaction: take the lease if free (else another pusher has the row)."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import text
 
 from platform_svc.api import services, waiting
 from platform_svc.models import RESOURCES
 from tests.helpers import ManualClock, cluster_body, drained
-from tooling.testing import db_row, wait_for
+from tooling.testing import StatementCounter, db_row, wait_for
 
 CLUSTER = RESOURCES["cluster"]
 
@@ -79,8 +82,37 @@ def test_waiting_holds_no_database_connection_between_its_reads(offline_client, 
         held.append(platform_database.engine.pool.checkedout())  # while the request waits
         clock.step(seconds)
 
-    waited = waiting.wait_for_outcome(platform_database, CLUSTER, row, 3, clock=clock.__call__, sleep=sleep)
+    rereads = waiting.Rereads(platform_database)
+    waited = waiting.wait_for_outcome(rereads, CLUSTER, row, 3, clock=clock.__call__, sleep=sleep)
 
     assert waited["sync_state"] == "pending" and clock.now >= 1000 + 3  # the whole wait, then as it is
     assert held and set(held) == {0}  # no connection held while waiting, however long
     assert len(held) <= 3 / waiting.LONGEST_PAUSE + 5  # reads back off to one each LONGEST_PAUSE
+
+
+def test_requests_waiting_at_one_moment_read_their_rows_again_with_one_statement(
+    offline_client, platform_database, platform_engine
+):
+    """However many requests of a worker wait, their reads share one statement (and one session) at a
+    time: here the first read is held on a lock while five more arrive, and those five then share the
+    next statement."""
+    ids = [uuid.UUID(offline_client.post("/v1/clusters", json=cluster_body()).get_json()["id"]) for _ in range(6)]
+    rereads, counter = waiting.Rereads(platform_database), StatementCounter(platform_database.engine)
+
+    def waiting_on_a_lock() -> bool:
+        with platform_engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                     " AND wait_event_type = 'Lock'")).scalar() > 0
+
+    with counter.counting() as statements, platform_engine.connect() as blocker, ThreadPoolExecutor(6) as pool:
+        held = blocker.begin()
+        blocker.execute(text("LOCK TABLE clusters IN ACCESS EXCLUSIVE MODE"))
+        first = pool.submit(rereads.row, CLUSTER, ids[0])
+        wait_for(waiting_on_a_lock, what="the first read waiting on the lock")
+        others = [pool.submit(rereads.row, CLUSTER, object_id) for object_id in ids[1:]]
+        wait_for(lambda: rereads.queued(CLUSTER) == len(others), what="the others queued behind the first read")
+        held.rollback()
+        rows = [first.result(timeout=10)] + [future.result(timeout=10) for future in others]
+
+    assert [row["id"] for row in rows] == ids  # each its own row
+    assert len([s for s in statements if s.lstrip().startswith("SELECT")]) == 2  # the first alone, then all five
