@@ -73,22 +73,29 @@ test: packages-test $(TEST_STAMP)
 test-scale: packages-test-scale $(TEST_STAMP) $(HA_STAMP)
 	$(BIN)/python -m pytest tests/scale $(PYTEST_ARGS)
 
-# Reinstall whenever the dependencies change: one pip run per target. The test extras
+# Reinstall whenever the dependencies change: one install per target. The test extras
 # include the dev ones, so make test on a fresh clone resolves and installs everything
 # at once (a second run cost it about 10 s).
+# uv installs what pip would, from PyPI, resolving, downloading and unpacking in parallel: a
+# fresh clone's install took 22 s with it against 78 s with pip (2026-12-02, one run each on
+# a warm cache). The .pyc files are written at install time (--compile-bytecode), as pip
+# does: this machine sets PYTHONDONTWRITEBYTECODE, so without them every process would
+# compile every module it imports.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet 'uv>=0.9,<1'
 
 # The clients are a distribution of their own (client/: idempotent-pair-client), which the
 # services install beside them and send through. Editable in compat mode: a path in a
 # .pth file, which mypy follows (setuptools' default import hook it does not).
 EDITABLE := --config-settings editable_mode=compat
 $(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[dev]'
+	$(UV) $(EDITABLE) -e './client[async]' -e '.[dev]'
 	touch $(STAMP)
 
 $(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet $(EDITABLE) -e './client[async]' -e '.[test]'
+	$(UV) $(EDITABLE) -e './client[async]' -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 
 clean:

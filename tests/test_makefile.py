@@ -14,6 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # As from a terminal, also when these tests run under `make test` (no sub-make).
+# uv installs into .venv, which pip gave it; with the .pyc files, which this machine's
+# PYTHONDONTWRITEBYTECODE would otherwise leave every process to compile again.
+UV = ".venv/bin/python -m pip install --quiet 'uv>=0.9,<1'"
+INSTALL = ".venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode --config-settings editable_mode=compat"
 MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 
 
@@ -40,23 +44,23 @@ def test_make_run_installs_the_runtime_and_its_runners_but_not_the_test_extras(t
     commands = planned("run", tmp_path)
 
     assert "-m venv .venv" in commands
-    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[dev]'" in commands
+    assert f"{INSTALL} -e './client[async]' -e '.[dev]'" in commands
     assert "[test]" not in commands
     assert commands.rstrip().endswith(".venv/bin/python -m tooling.devrun")
 
 
-def test_make_test_installs_everything_it_needs_with_one_pip_run_on_a_fresh_clone(tmp_path):
+def test_make_test_installs_everything_it_needs_with_one_install_on_a_fresh_clone(tmp_path):
     commands = planned("test", tmp_path)
 
-    assert commands.index("-m venv .venv") < commands.index("-e '.[test]'") < commands.index("-m pytest")
-    assert commands.count("pip install") == 1 and "[dev]" not in commands  # the test extras hold the dev ones
+    assert commands.index("-m venv .venv") < commands.index(UV) < commands.index("-e '.[test]'") < commands.index("-m pytest")
+    assert commands.count("uv pip install") == 1 and "[dev]" not in commands  # the test extras hold the dev ones
 
 
 def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
     commands = planned("test", tmp_path, installed=(".installed",))
 
     assert "-m venv" not in commands and "[dev]" not in commands
-    assert "pip install --quiet --config-settings editable_mode=compat -e './client[async]' -e '.[test]'" in commands
+    assert f"{INSTALL} -e './client[async]' -e '.[test]'" in commands
 
 
 def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topology(tmp_path):
@@ -83,7 +87,7 @@ def test_ci_runs_exactly_the_readmes_test_commands_and_stops_at_a_failure():
     assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test", "make test-scale"]
 
 
-def test_the_test_extras_hold_every_dev_extra_so_make_test_needs_one_pip_run():
+def test_the_test_extras_hold_every_dev_extra_so_make_test_needs_one_install():
     import configparser
 
     setup = configparser.ConfigParser()
