@@ -296,22 +296,25 @@ def test_public_writes_answer_at_once_while_cluster_svc_is_frozen_and_reads_neve
     pair.assert_downstream_matches()
 
 
-def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_two_seconds(fresh_pair):
+def test_the_first_public_writes_while_cluster_svc_is_frozen_answer_within_the_inline_budget(fresh_pair):
     """Before any worker's breaker has opened, each create waits on the frozen
     service for the inline push's whole budget: about a second, not the ~3.3 s
-    of three read timeouts and two pauses. (These are each worker's first
-    requests: they also open its pooled connections and read its keys, which
-    under a full suite on two cores took up to 0.6 s more.)"""
+    of three read timeouts and two pauses. The bound, 2.5 s, leaves 1.5 s for a
+    machine busy with the rest of the suite (a run on a slow day answered in up to
+    2.8 s when these were also the workers' first requests, opening their pooled
+    connections: the creates before the freeze open them)."""
     pair = fresh_pair  # of its own: it freezes cluster_svc and opens the breakers
+    with ThreadPoolExecutor(8) as pool:  # both workers' connections open, their breakers closed
+        assert all(response.status_code == 201 for response, _ in pool.map(lambda n: timed_create(pair, n), range(8)))
     with pair.frozen_cluster_svc():
         # 2 workers, 3 failures each to open their breakers: 8 at once, then 4 more, reach them all.
         with ThreadPoolExecutor(8) as pool:
-            answered = list(pool.map(lambda n: timed_create(pair, n), range(8)))
-        answered += [timed_create(pair, n) for n in range(8, 12)]
+            answered = list(pool.map(lambda n: timed_create(pair, n), range(8, 16)))
+        answered += [timed_create(pair, n) for n in range(16, 20)]
 
     for response, elapsed in answered:
         assert (response.status_code, response.json()["sync_state"]) == (201, "pending"), response.text
-        assert elapsed < 2.0, [round(t, 2) for _, t in answered]
+        assert elapsed < 2.5, [round(t, 2) for _, t in answered]
     assert sum(elapsed > 0.8 for _, elapsed in answered) >= 2  # the frozen service was waited for, once per worker at least
     assert pair.cli("reconcile", "--once").returncode == 0
     pair.assert_downstream_matches()
