@@ -8,8 +8,8 @@ connection: the row's state is read again first after :data:`FIRST_LOOK` seconds
 doubling up to :data:`LONGEST_PAUSE`, and the requests of one worker waiting at that moment share
 one short statement (:class:`Rereads`, :mod:`shared.coalesce`): between reads a request holds a
 greenlet and nothing else, and however many wait, a worker holds one session for their reads at
-most, so callers waiting through an outage slow no one else's requests. The wait is capped at :data:`MAX_WAIT` seconds (a larger N waits
-that long, and ``Preference-Applied`` says so). Someone else does the work meanwhile: the
+most, so callers waiting through an outage slow no one else's requests. The wait is capped at
+:data:`MAX_WAIT` seconds (a larger N waits that long, and ``Preference-Applied`` says so). Someone else does the work meanwhile: the
 reconciler pushes what the inline push could not.
 """
 from __future__ import annotations
