@@ -84,17 +84,20 @@ test-scale: packages-test-scale $(TEST_STAMP) $(HA_STAMP)
 UV := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+# Its own target, so that a .venv made before uv was used gets it too.
+$(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet 'uv>=0.9,<1'
 
 # The clients are a distribution of their own (client/: idempotent-pair-client), which the
 # services install beside them and send through. Editable in compat mode: a path in a
 # .pth file, which mypy follows (setuptools' default import hook it does not).
 EDITABLE := --config-settings editable_mode=compat
-$(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
+$(STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/uv
 	$(UV) $(EDITABLE) -e './client[async]' -e '.[dev]'
 	touch $(STAMP)
 
-$(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/python
+$(TEST_STAMP): setup.cfg pyproject.toml client/pyproject.toml | $(BIN)/uv
 	$(UV) $(EDITABLE) -e './client[async]' -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 

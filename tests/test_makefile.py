@@ -31,6 +31,7 @@ def planned(target: str, tmp_path: Path, *, installed: tuple[str, ...] = ()) -> 
     for stamp in installed:  # made after the inputs, so up to date, in a virtualenv that exists
         (tmp_path / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
         (tmp_path / ".venv" / "bin" / "python").touch()
+        (tmp_path / ".venv" / "bin" / "uv").touch()
         (tmp_path / ".venv" / stamp).touch()
     environ = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
     result = subprocess.run(
@@ -61,6 +62,16 @@ def test_make_test_after_make_run_adds_only_the_test_extras(tmp_path):
 
     assert "-m venv" not in commands and "[dev]" not in commands
     assert f"{INSTALL} -e './client[async]' -e '.[test]'" in commands
+
+
+def test_a_virtualenv_made_before_uv_gets_it_before_its_next_install(tmp_path):
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").touch()  # no uv, and no stamp: setup.cfg changed since
+
+    commands = planned("test", tmp_path)
+
+    assert "-m venv" not in commands
+    assert commands.index(UV) < commands.index(INSTALL)
 
 
 def test_make_run_ha_installs_patroni_in_its_own_virtualenv_then_starts_the_topology(tmp_path):
