@@ -9,8 +9,8 @@ doubling up to :data:`LONGEST_PAUSE`, and the requests of one worker waiting at 
 one short statement (:class:`Rereads`, :mod:`shared.coalesce`): between reads a request holds a
 greenlet and nothing else, and however many wait, a worker holds one session for their reads at
 most, so callers waiting through an outage slow no one else's requests. The wait is capped at
-:data:`MAX_WAIT` seconds (a larger N waits that long, and ``Preference-Applied`` says so). Someone else does the work meanwhile: the
-reconciler pushes what the inline push could not.
+:data:`MAX_WAIT` seconds (a larger N waits that long, and ``Preference-Applied`` says so).
+Someone else does the work meanwhile: the reconciler pushes what the inline push could not.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import RowMapping
 
+from platform_svc.api import services
 from platform_svc.states import IDEMPOTENCY_STATUS, SyncState
 from shared.coalesce import Coalescer
 from shared.db import Database
@@ -54,7 +54,7 @@ READS_PER_STATEMENT = 500
 
 class Rereads:
     """The rows one worker's waiting requests read again: those reading at one moment share one
-    statement (``id = ANY(...)``) and one short transaction, per resource."""
+    statement (``id IN (...)``) and one short transaction, per resource."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
@@ -75,10 +75,10 @@ class Rereads:
 
     def _read(self, resource: Resource, ids: Sequence[Any]) -> list[RowMapping | LookupError]:
         """Each row of ``ids``; one that is gone (purged while its request waited) fails its own caller."""
-        table = resource.table
         with self.database.begin() as db_session:
-            rows = {row["id"]: row for row in db_session.execute(select(table).where(table.c.id.in_(ids))).mappings()}
-        return [rows.get(object_id) or LookupError(f"{resource.describe(object_id)} has no row") for object_id in ids]
+            rows = services.read_rows(db_session, resource, ids)
+        return [rows[object_id] if object_id in rows else LookupError(f"{resource.describe(object_id)} has no row")
+                for object_id in ids]
 
 
 def wait_for_outcome(
