@@ -35,6 +35,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.sql import ClauseElement
 
+from shared.prebuilt import execute_prebuilt
 from shared.errors import Gone, HttpProblem, IdConflict, IdExpired, NotFound, TryAgain
 from shared.horizon import Horizon
 from shared.registry import Resource
@@ -176,12 +177,13 @@ def _create_one(
     if not expired:
         shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
         params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
-        row = db_session.execute(_insert_statement(resource, shape, conflict_on), params).mappings().first()
+        rows = execute_prebuilt(db_session, _insert_statement(resource, shape, conflict_on), params)
+        row = rows[0] if rows else None
         if row is not None:
             _landed_in_time(horizon, {row["id"]: row})
             return CreateResult(CreateOutcome.CREATED, row)
     key = {name: values[name] for name in conflict_on}
-    existing = db_session.execute(_select_by(resource, conflict_on), key).mappings().first()
+    existing = next(iter(execute_prebuilt(db_session, _select_by(resource, conflict_on), key)), None)
     if existing is None and expired:
         return _expired(resource, horizon, values["id"])
     if existing is None:

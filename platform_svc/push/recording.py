@@ -50,6 +50,7 @@ from sqlalchemy.engine import RowMapping
 from platform_svc.push import content
 from platform_svc.states import SyncState
 from shared.client import Answer, Outcome
+from shared.prebuilt import execute_prebuilt
 from shared.declaration import HIGHEST_GENERATION
 from shared.registry import Resource
 
@@ -179,7 +180,8 @@ def record(*, db_session: Connection, resource: Resource, row: RowMapping, chang
         params["b_attempts"], params["b_delay"] = change.attempts, change.delay
     elif change.kind == DUE_NOW:
         params["b_attempts"] = change.attempts
-    return db_session.execute(_record_statement(resource.table, change.kind), params).mappings().one()
+    (stored,) = execute_prebuilt(db_session, _record_statement(resource.table, change.kind), params)
+    return stored
 
 
 def record_many(
