@@ -104,6 +104,14 @@ def _dbapi(app: Any) -> None:
     cluster_svc.views._create_many = create_many
 
 
+def _sqlalchemy_execute(app: Any) -> None:
+    """The hot statements (a create's INSERT and replay read, a push's recording) through SQLAlchemy's
+    execution again, as before decision 0024, instead of on the transaction's psycopg2 cursor."""
+    import shared.prebuilt
+
+    shared.prebuilt._compiled = lambda statement, dialect: None
+
+
 def _coalescer_off(app: Any) -> None:
     """Every create flushed on its own, directly: no Coalescer (waiter, lock, event)."""
     from shared.coalesce import Coalescer
@@ -266,6 +274,7 @@ VARIANTS: dict[str, tuple[str, Callable[[Any], None] | None]] = {
     "dump_none": ("no marshmallow dump (the row as a dict)", _dump_none),
     "db_stub": ("no database (flush answers a made-up row)", _db_stub),
     "dbapi": ("the statement on psycopg2 directly, not through SQLAlchemy", _dbapi),
+    "sqlalchemy_execute": ("the hot statements through SQLAlchemy's execution (before 0024)", _sqlalchemy_execute),
     "coalescer_off": ("no coalescer (a create flushed directly)", _coalescer_off),
     "metrics_off": ("no metrics (HTTP and outcome counters)", _metrics_off),
     "log_off": ("no access log line", _log_off),
@@ -282,11 +291,11 @@ VARIANTS: dict[str, tuple[str, Callable[[Any], None] | None]] = {
     "push_off": ("platform: no inline push (HTTP call + recording)", _push_off),
     "http_off": ("platform: the push's HTTP call answered in the worker (recording kept)", _http_off),
 }
-CLUSTER_VARIANTS = ["full", "parse_direct", "parse_none", "dump_none", "db_stub", "dbapi", "coalescer_off",
-                    "metrics_off", "log_off", "json_log", "rid_off", "checks_off", "errors_off", "gthread", "granian",
-                    "orjson", "orjson_dumps"]
+CLUSTER_VARIANTS = ["full", "sqlalchemy_execute", "parse_direct", "parse_none", "dump_none", "db_stub", "dbapi",
+                    "coalescer_off", "metrics_off", "log_off", "json_log", "rid_off", "checks_off", "errors_off",
+                    "gthread", "granian", "orjson", "orjson_dumps"]
 # (No dump_none for platform_svc: its answer's dump is the same layer as cluster_svc's, and
 # stubbing it there also changed what its pushes carried.)
-PLATFORM_VARIANTS = ["full", "auth_stub", "idem_off", "parse_direct", "coalescer_off", "metrics_off",
-                     "log_off", "rid_off", "push_off", "http_off", "gthread", "granian", "orjson",
+PLATFORM_VARIANTS = ["full", "sqlalchemy_execute", "auth_stub", "idem_off", "parse_direct", "coalescer_off",
+                     "metrics_off", "log_off", "rid_off", "push_off", "http_off", "gthread", "granian", "orjson",
                      "orjson_dumps"]

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bench import layers_inprocess as in_process
 from bench.layer_stubs import CLUSTER_VARIANTS, PLATFORM_VARIANTS, VARIANTS
 
 TOKEN = "bench-internal-token"
@@ -133,6 +134,14 @@ def measure(args: argparse.Namespace) -> str:
             names = [v for v in (CLUSTER_VARIANTS if service == "cluster" else PLATFORM_VARIANTS)
                      if only is None or v in only or v == "full"]
             contenders: list[tuple[str, Contender]] = []
+            if args.in_process:
+                env = {**base_env, "CLUSTER_DATABASE_URL": database("cluster", "cluster-svc", "CLUSTER_DATABASE_URL")}
+                if service == "platform":
+                    env.update(platform_env(start, database, base_env, env.pop("CLUSTER_DATABASE_URL")))
+                with open(logs / f"{service}.in-process.log", "a") as log:
+                    lines += in_process.measure(service, names, env, log, rounds=args.rounds, requests=args.requests)
+                print("\n".join(lines), file=sys.stderr, flush=True)  # each service's table as soon as it is done
+                continue
             if service == "cluster":
                 env = {"CLUSTER_DATABASE_URL": database("cluster", "cluster-svc", "CLUSTER_DATABASE_URL")}
                 for name in names:
@@ -140,21 +149,14 @@ def measure(args: argparse.Namespace) -> str:
                     contenders.append((name, Contender(name, name, server.url + "/v1/clusters", "create", TOKEN, 201,
                                                        cpu_roots={"worker": server.worker_pids()[0]})))
             else:
-                cluster_env = {"CLUSTER_DATABASE_URL": database("pcluster", "cluster-svc", "CLUSTER_DATABASE_URL")}
-                cluster = start("cluster-for-platform", [console_script("cluster-svc"), "serve", "--workers",
-                                                         str(WORKERS), "--pool-size", str(POOL_SIZE)], cluster_env)
-                env = {"PLATFORM_DATABASE_URL": database("platform", "platform-svc", "PLATFORM_DATABASE_URL"),
-                       "CLUSTER_SVC_URL": cluster.url}
-                import json
-
-                account = json.loads(run_checked([console_script("platform-svc"), "create-account", "bench", "--json"],
-                                                 {**os.environ, **base_env, **env}, "create-account"))
-                env["BENCH_PRINCIPAL"] = str(account["account_id"])
+                env = platform_env(start, database, base_env,
+                                   database("pcluster", "cluster-svc", "CLUSTER_DATABASE_URL"))
+                cluster_pid = int(env.pop("BENCH_CLUSTER_PID"))
                 for name in names:
                     server = variant_server("platform", name, env)
                     contenders.append((name, Contender(
-                        name, name, server.url + "/v1/clusters", "public", account["api_key"], 201,
-                        cpu_roots={"worker": server.worker_pids()[0], "cluster_svc": cluster.worker_pids()[0]},
+                        name, name, server.url + "/v1/clusters", "public", env["BENCH_API_KEY"], 201,
+                        cpu_roots={"worker": server.worker_pids()[0], "cluster_svc": cluster_pid},
                         synced_only=name != "push_off")))
             for _, contender in contenders:
                 wrk.run(contender.probe(), args.warmup)
@@ -173,6 +175,24 @@ def measure(args: argparse.Namespace) -> str:
                 for problem in contender.problems:
                     lines.append(f"  WARNING {contender.label}: {problem[:300]}")
     return "\n".join(lines)
+
+
+def platform_env(start: Any, database: Any, base_env: dict[str, str], cluster_database: str) -> dict[str, str]:
+    """What platform_svc's variants are served with: its database, a cluster_svc served to push
+    to (one worker, as the variants), and an account (its key, and the principal for the stubs)."""
+    import json
+
+    from bench.processes import run_checked
+    from tooling.testing import console_script
+
+    cluster = start("cluster-for-platform", [console_script("cluster-svc"), "serve", "--workers", str(WORKERS),
+                                             "--pool-size", str(POOL_SIZE)], {"CLUSTER_DATABASE_URL": cluster_database})
+    env = {"PLATFORM_DATABASE_URL": database("platform", "platform-svc", "PLATFORM_DATABASE_URL"),
+           "CLUSTER_SVC_URL": cluster.url, "BENCH_CLUSTER_PID": str(cluster.worker_pids()[0])}
+    account = json.loads(run_checked([console_script("platform-svc"), "create-account", "bench", "--json",
+                                      "--rate-limit", "1000000"],
+                                     {**os.environ, **base_env, **env}, "create-account"))
+    return {**env, "BENCH_PRINCIPAL": str(account["account_id"]), "BENCH_API_KEY": account["api_key"]}
 
 
 def profile_full(service: str, full: Any, wrk: Any, logs: Path) -> list[str]:
@@ -198,13 +218,13 @@ def table(service: str, contenders: list[tuple[str, Any]]) -> list[str]:
     full = dict(contenders)["full"]
     base = full.cpu_median("worker") * 1000
     lines = ["", f"{service}: CPU µs per request of the worker process (wrk -t1 -c1; medians of rounds)",
-             f"  {'variant':<14}{'what it changes':<58}{'µs/req':>8}{'Δ µs':>8}  {'p50 ms':>7}"
+             f"  {'variant':<19}{'what it changes':<72}{'µs/req':>8}{'Δ µs':>8}  {'p50 ms':>7}"
              + ("  cluster_svc µs" if service == "platform" else "")]
     for name, contender in contenders:
         cpu = contender.cpu_median("worker") * 1000
         delta = "" if name == "full" else f"{cpu - base:+8.0f}"
         extra = f"  {contender.cpu_median('cluster_svc') * 1000:14.0f}" if service == "platform" else ""
-        lines.append(f"  {name:<14}{VARIANTS[name][0]:<58}{cpu:8.0f}{delta:>8}  {contender.latency_median(0):7.2f}"
+        lines.append(f"  {name:<19}{VARIANTS[name][0]:<72}{cpu:8.0f}{delta:>8}  {contender.latency_median(0):7.2f}"
                      + extra)
     return lines
 
@@ -222,12 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--only", help="comma-separated variants (full is always run)")
     parser.add_argument("--profile", action="store_true", help="also py-spy the unpatched worker (needs py-spy)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="call each variant's app in its own process, no server (bench/layers_inprocess.py)")
+    parser.add_argument("--requests", type=int, default=2000, help="--in-process: calls per variant per round")
     args = parser.parse_args(argv)
     started = time.monotonic()
     text = measure(args)
-    print(f"\nbench.layers, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {args.rounds} rounds x {args.duration} s"
-          f" per variant, alternated; gunicorn --workers {WORKERS}, {POOL_SIZE} pooled DB connections;"
-          f" elapsed {(time.monotonic() - started) / 60:.1f} min")
+    how = (f"{args.requests} calls in process" if args.in_process
+           else f"{args.duration} s served by gunicorn --workers {WORKERS}")
+    print(f"\nbench.layers, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {args.rounds} rounds x {how}"
+          f" per variant, alternated; {POOL_SIZE} pooled DB connections; elapsed {(time.monotonic() - started) / 60:.1f} min")
     print(text)
     return 0
 
