@@ -15,8 +15,8 @@ import platform_svc.models
 from cluster_svc.cli import MIGRATIONS as CLUSTER_MIGRATIONS
 from platform_svc.push import recording
 from shared.db import Database
-from shared.prebuilt import _compiled, execute_prebuilt
 from shared.idempotent import _insert_statement, _select_by
+from shared.prebuilt import _compiled, execute_prebuilt
 from tooling.testing import StatementCounter, fresh_database
 
 
