@@ -89,13 +89,18 @@ def build(service: str, variant: str) -> Any:
 
 def granian_app() -> Any:
     """granian's factory (in its worker): the service named by the serving process, unpatched."""
+    return build_logged(os.environ["BENCH_LAYERS_SERVICE"], "full")
+
+
+def build_logged(service: str, variant: str) -> Any:
+    """:func:`build`, with the service's logging set up first as its ``serve`` sets it up (the
+    app's own access line, written as served), where no gunicorn does it."""
     import logging.config
 
     from shared.cli import logging_config
 
-    service = os.environ["BENCH_LAYERS_SERVICE"]
-    logging.config.dictConfig(logging_config(f"{service}_svc", "text"))  # the app's own access line, as served
-    return build(service, "full")
+    logging.config.dictConfig(logging_config(f"{service}_svc", "text"))
+    return build(service, variant)
 
 
 # The measurement (the parent) ---------------------------------------------------------
@@ -234,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "serve":
         port = int(argv[argv.index("--port") + 1])
         serve(argv[1], argv[2], port)
+        return 0
+    if argv and argv[0] == "call":  # one variant of --in-process
+        service, variant = argv[1], argv[2]
+        app = build_logged(service, variant)
+        in_process.child(app, service, TOKEN if service == "cluster" else os.environ["BENCH_API_KEY"])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--service", choices=["cluster", "platform", "both"], default="both")

@@ -31,17 +31,9 @@ TEAM = "0193a1b2-7c00-7000-8000-0000000000aa"
 CLUSTER = {"name": "bench", "region": "eu-west-1", "postgres_version": 16, "plan": "standard-2", "storage_gb": 100}
 
 
-def child(service: str, variant: str) -> None:
-    """One variant's process: build the app, then answer each line ``N`` of stdin with the CPU µs
-    of N creates, one per line of stdout."""
-    import logging.config
-
-    from bench.layers import TOKEN, build
-    from shared.cli import logging_config
-
-    logging.config.dictConfig(logging_config(f"{service}_svc", "text"))
-    app = build(service, variant)
-    token = TOKEN if service == "cluster" else os.environ["BENCH_API_KEY"]
+def child(app: Any, service: str, token: str) -> None:
+    """One variant's process (``python -m bench.layers call SERVICE VARIANT``), its ``app`` built:
+    answer each line ``N`` of stdin with the CPU µs of N creates, one line of stdout each."""
     environ = {
         "REQUEST_METHOD": "POST", "PATH_INFO": "/v1/clusters", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
         "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000",
@@ -88,7 +80,7 @@ class Variant:
         self.samples: list[float] = []
         self.problems: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.layers_inprocess", service, name],
+            [sys.executable, "-m", "bench.layers", "call", service, name],
             env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
             text=True)
 
@@ -139,7 +131,3 @@ def measure(service: str, names: list[str], env: dict[str, str], log: Any, *, ro
                      f"{fastest:9.0f}{deltas[1]:>7}")
         lines += [f"  WARNING {variant.name}: {problem}" for problem in variant.problems[:1]]
     return lines
-
-
-if __name__ == "__main__":
-    child(sys.argv[1], sys.argv[2])
