@@ -16,6 +16,7 @@ layer it replaces, but not always the same body (the dump stub, say): it is
 a measurement, never a way to serve.
 
     python -m bench.layers [--service cluster|platform|both] [--rounds 5] [--duration 3] [--only a,b]
+    python -m bench.layers --in-process [--requests 2000] ...   # no server: bench/layers_inprocess.py
 
 Worker settings, every variant: gunicorn with the services' gevent worker
 (``shared.gunicorn_worker``; the ``gthread`` variant swaps it), ``--workers 1``,

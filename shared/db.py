@@ -6,7 +6,8 @@ and ends it in a single ``with`` block: a view (``with transaction() as
 db_session:``), the pusher, or a CLI command (``with database.begin() as
 db_session:``). The block commits when it ends normally and rolls back when
 it raises. The services speak SQLAlchemy Core (statements, not the ORM unit
-of work), so a Core connection is all they need. A view commits before it
+of work), so a Core connection is all they need; the few hot statements run on
+that connection's own cursor (:mod:`shared.prebuilt`). A view commits before it
 returns, so a failed commit becomes a 503 rather than a 201 for a row that
 was never stored, and a view that answers an error after writing (a DELETE of
 an unknown ID records a tombstone, then answers 404) still keeps what it wrote.
