@@ -140,24 +140,25 @@ def measure(args: argparse.Namespace) -> str:
             names = [v for v in (CLUSTER_VARIANTS if service == "cluster" else PLATFORM_VARIANTS)
                      if only is None or v in only or v == "full"]
             contenders: list[tuple[str, Contender]] = []
-            if args.in_process:
-                env = {**base_env, "CLUSTER_DATABASE_URL": database("cluster", "cluster-svc", "CLUSTER_DATABASE_URL")}
-                if service == "platform":
-                    env.update(platform_env(start, database, base_env, env.pop("CLUSTER_DATABASE_URL")))
-                with open(logs / f"{service}.in-process.log", "a") as log:
-                    lines += in_process.measure(service, names, env, log, rounds=args.rounds, requests=args.requests)
-                print("\n".join(lines), file=sys.stderr, flush=True)  # each service's table as soon as it is done
-                continue
             if service == "cluster":
                 env = {"CLUSTER_DATABASE_URL": database("cluster", "cluster-svc", "CLUSTER_DATABASE_URL")}
+            else:
+                env = platform_env(start, database, base_env,
+                                   database("pcluster", "cluster-svc", "CLUSTER_DATABASE_URL"))
+            if args.in_process:
+                with open(logs / f"{service}.in-process.log", "a") as log:
+                    done = in_process.measure(service, names, {**base_env, **env}, log, rounds=args.rounds,
+                                              requests=args.requests)
+                print("\n".join(done), file=sys.stderr, flush=True)  # each service's table as soon as it is done
+                lines += done
+                continue
+            if service == "cluster":
                 for name in names:
                     server = variant_server("cluster", name, env)
                     contenders.append((name, Contender(name, name, server.url + "/v1/clusters", "create", TOKEN, 201,
                                                        cpu_roots={"worker": server.worker_pids()[0]})))
             else:
-                env = platform_env(start, database, base_env,
-                                   database("pcluster", "cluster-svc", "CLUSTER_DATABASE_URL"))
-                cluster_pid = int(env.pop("BENCH_CLUSTER_PID"))
+                cluster_pid = int(env["BENCH_CLUSTER_PID"])
                 for name in names:
                     server = variant_server("platform", name, env)
                     contenders.append((name, Contender(

@@ -7,9 +7,9 @@ takes the server and the second process out of the figure: each variant is the s
 (``bench.layers.build``: the service's factory, then the variant's patch) in a process of its
 own, called as a WSGI server calls it (an environ, a body, ``start_response``) by a loop in
 that process, and a request's cost is that process's CPU (``time.process_time``) over
-``--requests`` calls, divided by them. The bodies are made before the clock starts. Variants
+``--requests`` calls, divided by them. The requests are made before the clock starts. Variants
 stay alive side by side and run one at a time, alternated round by round; the table gives
-medians. What it cannot show is the server (gunicorn, gevent, granian): those variants are
+the median round and the fastest. What it cannot show is the server (gunicorn, gevent, granian): those variants are
 measured served only.
 
 platform_svc's app pushes each create to a cluster_svc served as ``make bench`` serves it,
@@ -17,7 +17,6 @@ over real HTTP: the figure is platform_svc's own CPU, as its worker's is in the 
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import statistics
@@ -34,39 +33,37 @@ CLUSTER = {"name": "bench", "region": "eu-west-1", "postgres_version": 16, "plan
 def child(app: Any, service: str, token: str) -> None:
     """One variant's process (``python -m bench.layers call SERVICE VARIANT``), its ``app`` built:
     answer each line ``N`` of stdin with the CPU µs of N creates, one line of stdout each."""
-    environ = {
-        "REQUEST_METHOD": "POST", "PATH_INFO": "/v1/clusters", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000",
-        "CONTENT_TYPE": "application/json", "HTTP_HOST": "127.0.0.1:8000", "HTTP_AUTHORIZATION": f"Bearer {token}",
-        "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
-        "wsgi.multiprocess": True, "wsgi.run_once": False, "wsgi.version": (1, 0),
-    }
+    from werkzeug.test import EnvironBuilder
+
     statuses: list[str] = []
 
     def start_response(status: str, headers: list, exc_info: Any = None) -> None:
         statuses.append(status)
 
-    def bodies(count: int) -> list[bytes]:
+    def environs(count: int) -> list[dict[str, Any]]:
+        """``count`` requests as a WSGI server hands them over (a new cluster ID each, for cluster_svc)."""
         if service == "cluster":
             import uuid6
 
-            return [json.dumps({"id": str(uuid6.uuid7()), "team_id": TEAM, **CLUSTER}).encode() for _ in range(count)]
-        return [json.dumps(CLUSTER).encode()] * count
+            bodies = [{"id": str(uuid6.uuid7()), "team_id": TEAM, **CLUSTER} for _ in range(count)]
+        else:
+            bodies = [CLUSTER] * count
+        return [EnvironBuilder("/v1/clusters", method="POST", json=body,
+                               headers={"Authorization": f"Bearer {token}"}).get_environ() for body in bodies]
 
-    def call(body: bytes) -> None:
-        request = {**environ, "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}
-        answer = app(request, start_response)
+    def call(environ: dict[str, Any]) -> None:
+        answer = app(environ, start_response)
         for _ in answer:
             pass
         getattr(answer, "close", lambda: None)()
 
     for line in sys.stdin:
         count = int(line)
-        prepared = bodies(count)
+        prepared = environs(count)
         statuses.clear()
         started = time.process_time()
-        for body in prepared:
-            call(body)
+        for environ in prepared:
+            call(environ)
         spent = time.process_time() - started
         refused = [status for status in statuses if not status.startswith("201")]
         print(json.dumps({"us": spent * 1e6 / count, "refused": refused[:3]}), flush=True)
@@ -103,7 +100,8 @@ class Variant:
 
 
 def measure(service: str, names: list[str], env: dict[str, str], log: Any, *, rounds: int, requests: int) -> list[str]:
-    """The table for one service: each variant's median CPU µs a request, and its difference from ``full``."""
+    """The table for one service: each variant's CPU µs a request (its median and fastest round), and
+    their differences from ``full``."""
     from bench.layer_stubs import VARIANTS
 
     variants = [Variant(service, name, env, log) for name in names if name not in SERVED_ONLY]

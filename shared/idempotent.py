@@ -35,9 +35,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.sql import ClauseElement
 
-from shared.prebuilt import execute_prebuilt
 from shared.errors import Gone, HttpProblem, IdConflict, IdExpired, NotFound, TryAgain
 from shared.horizon import Horizon
+from shared.prebuilt import execute_prebuilt
 from shared.registry import Resource
 
 
@@ -177,8 +177,7 @@ def _create_one(
     if not expired:
         shape = tuple((name, value if isinstance(value, ClauseElement) else None) for name, value in values.items())
         params = {name: value for name, value in values.items() if not isinstance(value, ClauseElement)}
-        rows = execute_prebuilt(db_session, _insert_statement(resource, shape, conflict_on), params)
-        row = rows[0] if rows else None
+        row = next(iter(execute_prebuilt(db_session, _insert_statement(resource, shape, conflict_on), params)), None)
         if row is not None:
             _landed_in_time(horizon, {row["id"]: row})
             return CreateResult(CreateOutcome.CREATED, row)

@@ -2,8 +2,9 @@
 
 A lone create spent about a third of its database step in SQLAlchemy's execution layer (the
 execution context, the result and its metadata), not in psycopg2 or the database: 139 of 380 µs
-of CPU in a micro-benchmark. The few statements every write sends (a create's INSERT and its replay's read, a push's
-recording) are run here on the transaction's DBAPI cursor instead, compiled by SQLAlchemy once.
+of CPU in a micro-benchmark. The few statements every write sends (a create's INSERT and its
+replay's read, a push's recording) are run here on the transaction's DBAPI cursor instead,
+compiled by SQLAlchemy once.
 The transaction stays SQLAlchemy's (``Database.begin``, one owner), and so does every other query.
 """
 from __future__ import annotations

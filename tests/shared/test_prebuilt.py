@@ -1,6 +1,7 @@
-"""The hot statements run on the transaction's own psycopg2 cursor (shared.db.execute_prebuilt),
-and a caller cannot tell them from SQLAlchemy's execution: the same rows, the same errors (their
-parameters hidden), a connection that died invalidated, the statement seen by listeners."""
+"""The hot statements run on the transaction's own psycopg2 cursor
+(shared.prebuilt.execute_prebuilt), and a caller cannot tell them from SQLAlchemy's execution: the
+same rows, the same errors (their parameters hidden), a connection that died invalidated, the
+statement seen by listeners."""
 from __future__ import annotations
 
 import ipaddress
