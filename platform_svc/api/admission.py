@@ -262,7 +262,7 @@ class Authenticator:
             started, touch = self.clock(), sorted(self._touch)
             if 0 <= started - self._refreshed < REFRESH_SECONDS and not touch:
                 return  # another request refreshed while this one waited
-            if started - self._failed < REFRESH_SECONDS:
+            if 0 <= started - self._failed < REFRESH_SECONDS:  # (a clock set back: the database is tried again)
                 raise NoDatabaseInTime("the keys' last refresh waited on the database in vain a moment ago")
             if not self._keys and self.ids is None:  # nothing held that a change could make stale
                 self._refreshed = started

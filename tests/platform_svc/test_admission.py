@@ -214,3 +214,30 @@ def test_a_clock_set_back_makes_the_keys_due_for_a_refresh(platform_database):
         auth.revoke_key(db_session=db_session, key_id=api_key.partition(".")[0])
     clock.step(-40 * 86400)
     assert authenticate(api_key) is None
+
+
+def test_a_clock_set_back_after_a_refresh_waited_in_vain_tries_the_database_again(platform_database):
+    """A refresh that waits in vain for a hung database answers the requests queued behind it 503
+    at once, for the refresh period. A clock stepped back after it (libfaketime's:
+    tests/e2e/test_clocks.py) must not make that period last as long as the step: every request
+    of the worker answered 503 for ten minutes after the clock was set right."""
+    clock = ManualClock()
+    authenticate = admission.Authenticator(platform_database, UNREACHED_RATE_LIMIT, clock=clock)
+    account_id, api_key = make_account(platform_database, "hung, then a step back")
+    assert authenticate(api_key).account_id == account_id
+    answers = authenticate._read
+
+    def hung(**_):
+        clock.step(10 * 60)  # the wait in vain, on a clock set ahead meanwhile
+        raise admission.NoDatabaseInTime("no pooled connection came in time")
+
+    authenticate._read = hung
+    clock.step(admission.REFRESH_SECONDS)
+    with pytest.raises(admission.NoDatabaseInTime):
+        authenticate(api_key)
+    authenticate._read = answers
+    with pytest.raises(admission.NoDatabaseInTime):  # queued behind it: 503 at once
+        authenticate(api_key)
+
+    clock.step(-10 * 60)  # set right again
+    assert authenticate(api_key).account_id == account_id
