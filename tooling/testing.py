@@ -162,9 +162,11 @@ _chance = random.SystemRandom()  # not the seeded module-level one: every pytest
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, never handed out before by this process."""
+    """A loopback port nothing listens on, never handed out before by this process, from this
+    process's own share of :data:`PORTS` (:func:`own_ports`)."""
+    ports = own_ports()
     while True:
-        port = _chance.choice(PORTS)
+        port = _chance.choice(ports)
         if port in _handed_out:
             continue
         with socket.socket() as sock:
@@ -174,6 +176,20 @@ def free_port() -> int:
                 continue
         _handed_out.add(port)
         return port
+
+
+def own_ports(environ: Mapping[str, str] = os.environ) -> range:
+    """The share of :data:`PORTS` of this pytest-xdist worker (all of them outside xdist).
+
+    A port is free when it is checked, and taken only when the server started on it binds it,
+    seconds later on a busy machine. Workers drawing from one range met in that moment: a
+    server of one found its port in use and exited (Errno 98). Disjoint shares never meet."""
+    worker, count = environ.get("PYTEST_XDIST_WORKER", ""), int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return PORTS
+    share = len(PORTS) // count
+    start = PORTS.start + int(worker[2:]) * share
+    return range(start, start + share)
 
 
 @dataclass
